@@ -1,0 +1,730 @@
+//! The endpoint state machine.
+//!
+//! [`Core`] is everything one endpoint knows about its peers, with no IO.
+//! Its methods fall in four groups; call them in this order in a loop:
+//!
+//! * **setup**: [`Core::add_peer`], then [`Core::rail_up`] as each rail's
+//!   handshake completes (and [`Core::rail_down`] when one fails);
+//! * **application commands**: [`Core::isend`], [`Core::irecv`],
+//!   [`Core::close`];
+//! * **inputs from rails**: [`Core::on_header`] when a frame header was read
+//!   (it says where the payload goes), then [`Core::on_payload`] once the
+//!   payload is in; [`Core::on_sent`] when frames were written;
+//!   [`Core::handle_timeout`] when the deadline from
+//!   [`Core::poll_timeout`] passes;
+//! * **outputs**: [`Core::poll_transmit`] per rail (frames to write, in
+//!   order), [`Core::poll_event`] (completed requests, rail and peer
+//!   failures), [`Core::take_wakeups`] (rails that have new output).
+//!
+//! Every input carries `now`; the core never reads a clock.
+//!
+//! Guarantees: messages from one peer are matched in the order they were
+//! sent, whatever rails their fragments took; every message is delivered
+//! exactly once while at least one rail to its peer lives; memory held for
+//! a peer is bounded by the credits we granted it plus the buffers the
+//! application posted, never by lengths a peer claims.
+
+mod rail;
+mod ranges;
+mod recv;
+mod recvbuf;
+mod send;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::sched::{BuiltinSchedulers, PolicyTable, Scheduler, SchedulerFactory};
+use crate::time::Time;
+use crate::wire::frame::Limits;
+use crate::wire::{FrameHeader, Op, WireError};
+
+pub use rail::{RATE_WINDOW, RailStats};
+pub use ranges::RangeSet;
+pub use recvbuf::{Lease, RecvBuffer};
+
+use rail::RailState;
+use recv::InMsg;
+use send::OutMsg;
+
+/// A peer is named by its rank.
+pub type PeerId = u32;
+/// A rail is named by its index in the rail list (the same on both sides).
+pub type RailId = usize;
+
+/// Credits charged per message on top of its eager payload: what the
+/// receiver spends on bookkeeping for one unexpected message.
+pub const MESSAGE_OVERHEAD: u64 = 64;
+
+/// Rendezvous announcements (RTS) a peer may have outstanding at our side
+/// beyond its eager credit: when eager credit runs out, messages still get
+/// announced, so a receive for another tag can match them.
+pub const RTS_CREDITS: u64 = 4096;
+
+/// How far ahead of the next message to match a peer may number messages.
+pub const SEQ_WINDOW: u64 = 1 << 24;
+
+/// Identifies a send or receive request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReqId(pub u64);
+
+/// Protocol tunables. Defaults are documented (and justified) in the
+/// README's environment-variable table.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Our rank.
+    pub rank: u32,
+    /// Messages up to this size go eager; larger ones use rendezvous.
+    pub eager_limit: u64,
+    /// Unexpected eager bytes we buffer per peer (granted as credits).
+    pub unexpected_limit: u64,
+    /// Largest chunk a scheduler hands to a rail (one frame).
+    pub chunk: u64,
+    /// Bounds on what peers may send.
+    pub limits: Limits,
+    /// Scheduling policy by message size.
+    pub policy: PolicyTable,
+    /// Put a CRC32C of the payload in every data frame and check it.
+    pub checksum: bool,
+    /// Longest an acknowledgement is held back to be batched.
+    pub ack_delay: Duration,
+    /// Acknowledge at once when this many bytes are unacknowledged on a rail.
+    pub ack_bytes: u64,
+    /// Most bytes one rail may have in flight (assigned, unacknowledged).
+    pub rail_window: u64,
+    /// Send a heartbeat on a rail idle this long (ZERO disables heartbeats).
+    pub heartbeat_interval: Duration,
+    /// Declare a rail down when nothing arrived on it for this long.
+    pub heartbeat_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rank: 0,
+            eager_limit: 64 << 10,
+            unexpected_limit: 8 << 20,
+            chunk: 256 << 10,
+            limits: Limits::default(),
+            policy: PolicyTable::default(),
+            checksum: false,
+            ack_delay: Duration::from_millis(1),
+            ack_bytes: 256 << 10,
+            rail_window: 4 << 20,
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// What a rail says about itself (from configuration or its HELLO).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RailCaps {
+    /// Bytes/s, 0 = unknown.
+    pub bandwidth: u64,
+    pub latency: Duration,
+}
+
+/// A frame for the driver to write: header, then payload.
+#[derive(Debug, Clone)]
+pub struct Transmit {
+    pub header: FrameHeader,
+    pub payload: Bytes,
+}
+
+/// Where the payload of a frame whose header was just read must go.
+#[derive(Debug)]
+pub enum PayloadDest {
+    /// The frame has no payload.
+    None,
+    /// Read exactly `frag_len` bytes into `lease.buf`, then hand it back.
+    Lease(Lease),
+    /// Read into this vector (control payloads, duplicates to compare).
+    Scratch(Vec<u8>),
+    /// Read and drop `frag_len` bytes (duplicates, truncated messages).
+    Discard,
+}
+
+impl PayloadDest {
+    /// The slice to read the payload into, if it is kept.
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        match self {
+            PayloadDest::Lease(l) => Some(&mut l.buf[..]),
+            PayloadDest::Scratch(v) => Some(&mut v[..]),
+            PayloadDest::None | PayloadDest::Discard => None,
+        }
+    }
+}
+
+/// What a completed receive matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    pub peer: PeerId,
+    pub tag: u64,
+    pub len: u64,
+}
+
+/// Why a peer is unreachable: what happened to each of its rails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerFailure {
+    pub peer: PeerId,
+    pub rails: Vec<(RailId, String)>,
+}
+
+impl std::fmt::Display for PeerFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "peer {} unreachable: every rail is down (", self.peer)?;
+        for (i, (r, why)) in self.rails.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "rail {r}: {why}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// A send that did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("{0}")]
+    PeerFailed(PeerFailure),
+    #[error("peer {0} closed its endpoint")]
+    PeerClosed(PeerId),
+}
+
+/// A receive that did not complete normally.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecvError {
+    #[error("message of {} bytes from peer {} (tag {}) does not fit the {buf_len}-byte buffer", status.len, status.peer, status.tag)]
+    Truncated { status: Status, buf_len: u64 },
+    #[error("{0}")]
+    PeerFailed(PeerFailure),
+    #[error("peer {0} closed its endpoint")]
+    PeerClosed(PeerId),
+}
+
+/// The peer broke the protocol on one rail. The driver must close that
+/// rail connection (and call [`Core::rail_down`]); other rails continue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("malformed frame: {0}")]
+    Wire(#[from] WireError),
+    #[error("DATA for message {seq}, which was never announced or accepted")]
+    UnannouncedData { seq: u64 },
+    #[error("frame for message {seq} disagrees with earlier frames ({what})")]
+    Inconsistent { seq: u64, what: &'static str },
+    #[error("payload checksum mismatch in message {seq} at offset {offset}")]
+    Checksum { seq: u64, offset: u64 },
+    #[error("duplicate fragment of message {seq} at offset {offset} has different bytes")]
+    ConflictingDuplicate { seq: u64, offset: u64 },
+    #[error("peer exceeded its unexpected-message credit ({used} + {cost} > {limit} bytes)")]
+    CreditExceeded { used: u64, cost: u64, limit: u64 },
+    #[error("peer exceeded its {limit} outstanding rendezvous announcements")]
+    RtsCreditExceeded { limit: u64 },
+    #[error("message sequence {seq} is outside the window [{next}, {next}+{window})")]
+    SeqOutOfWindow { seq: u64, next: u64, window: u64 },
+    #[error("eager message of {len} bytes exceeds our limit of {limit}")]
+    EagerTooLong { len: u64, limit: u64 },
+    #[error("{op:?} for unknown message {seq}")]
+    UnknownMessage { op: Op, seq: u64 },
+    #[error("ACK for bytes that were never sent (message {seq})")]
+    BogusAck { seq: u64 },
+}
+
+/// Something the driver or application should know.
+#[derive(Debug)]
+pub enum Event {
+    SendDone { req: ReqId, result: Result<(), SendError> },
+    RecvDone { req: ReqId, result: Result<Status, RecvError>, buf: BytesMut },
+    RailDown { peer: PeerId, rail: RailId, reason: String },
+    PeerFailed { failure: PeerFailure },
+    PeerClosed { peer: PeerId },
+}
+
+/// A receive posted and not yet matched.
+#[derive(Debug)]
+pub(crate) struct Posted {
+    pub req: ReqId,
+    pub src: Option<PeerId>,
+    pub tag: Option<u64>,
+    pub buf: BytesMut,
+}
+
+impl Posted {
+    fn matches(&self, peer: PeerId, tag: u64) -> bool {
+        self.src.is_none_or(|s| s == peer) && self.tag.is_none_or(|t| t == tag)
+    }
+}
+
+pub(crate) struct Peer {
+    pub rails: Vec<RailState>,
+    /// One scheduler per policy tier.
+    pub scheds: Vec<Box<dyn Scheduler>>,
+    // --- send side ---
+    pub next_seq: u64,
+    /// Messages not started yet (waiting for credits), in order.
+    pub waiting: VecDeque<u64>,
+    /// Started messages not yet fully acknowledged.
+    pub out: BTreeMap<u64, OutMsg>,
+    /// Messages whose plan still has unassigned bytes.
+    pub sending: BTreeSet<u64>,
+    /// Fragments to re-send after a rail failure: (seq, offset).
+    pub retx: VecDeque<(u64, u64)>,
+    /// Eager credits left at the peer, known once its HELLO arrived.
+    pub credits: Option<u64>,
+    /// The peer's initial grant: returned credits never exceed it.
+    pub credit_grant: u64,
+    /// RTS announcements we may still send to the peer.
+    pub rts_credits: u64,
+    // --- receive side ---
+    pub next_match: u64,
+    pub inc: BTreeMap<u64, InMsg>,
+    /// Messages fully delivered (for dropping duplicates).
+    pub done: RangeSet,
+    /// Credits the peer has used at our side and not got back.
+    pub credit_used: u64,
+    /// Credits to give back in the next ACK.
+    pub credit_return: u64,
+    /// RTS announcements from the peer held at our side, and to give back.
+    pub rts_used: u64,
+    pub rts_return: u64,
+    pub ack_due: Option<Time>,
+    // --- lifecycle ---
+    pub failed: Option<PeerFailure>,
+    pub closed_by_peer: bool,
+}
+
+impl Peer {
+    fn up_rails(&self) -> usize {
+        self.rails.iter().filter(|r| r.up).count()
+    }
+}
+
+/// The sans-IO endpoint. See the module documentation for how to drive it.
+pub struct Core {
+    cfg: Config,
+    factory: Arc<dyn SchedulerFactory>,
+    peers: BTreeMap<PeerId, Peer>,
+    posted: VecDeque<Posted>,
+    /// Matchable, unmatched messages in arrival order: (peer, seq).
+    unexpected: VecDeque<(PeerId, u64)>,
+    events: VecDeque<Event>,
+    wakeups: BTreeSet<(PeerId, RailId)>,
+    next_req: u64,
+    closing: bool,
+}
+
+impl Core {
+    pub fn new(cfg: Config) -> Core {
+        Core::with_schedulers(cfg, Arc::new(BuiltinSchedulers))
+    }
+
+    pub fn with_schedulers(cfg: Config, factory: Arc<dyn SchedulerFactory>) -> Core {
+        Core {
+            cfg,
+            factory,
+            peers: BTreeMap::new(),
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            events: VecDeque::new(),
+            wakeups: BTreeSet::new(),
+            next_req: 1,
+            closing: false,
+        }
+    }
+
+    // ----- getters -----
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn peers(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.peers.keys().copied()
+    }
+
+    pub fn rail_count(&self, peer: PeerId) -> usize {
+        self.peers.get(&peer).map_or(0, |p| p.rails.len())
+    }
+
+    pub fn is_rail_up(&self, peer: PeerId, rail: RailId) -> bool {
+        self.rail(peer, rail).is_some_and(|r| r.up)
+    }
+
+    /// Per-rail counters for `peer`.
+    pub fn rail_stats(&self, peer: PeerId, now: Time) -> Vec<RailStats> {
+        self.peers.get(&peer).map_or_else(Vec::new, |p| {
+            p.rails
+                .iter()
+                .map(|r| RailStats { up: r.up, rate: r.est.rate(now) as u64, ..r.stats })
+                .collect()
+        })
+    }
+
+    /// True if `rail` to `peer` has frames to write.
+    pub fn has_transmit(&self, peer: PeerId, rail: RailId) -> bool {
+        self.rail(peer, rail).is_some_and(|r| r.has_output())
+    }
+
+    /// Number of requests still pending (sends not yet written, receives
+    /// not yet complete), for leak checks and orderly shutdown.
+    pub fn pending_sends(&self) -> usize {
+        self.peers.values().map(|p| p.out.values().filter(|m| !m.completed).count() + p.waiting.len()).sum()
+    }
+
+    /// Bytes held for retransmission (sent, not yet acknowledged).
+    pub fn unacked_messages(&self) -> usize {
+        self.peers.values().map(|p| p.out.len()).sum()
+    }
+
+    /// Bytes of unexpected data buffered for `peer`.
+    pub fn unexpected_bytes(&self, peer: PeerId) -> u64 {
+        self.peers.get(&peer).map_or(0, |p| p.credit_used)
+    }
+
+    fn rail(&self, peer: PeerId, rail: RailId) -> Option<&RailState> {
+        self.peers.get(&peer).and_then(|p| p.rails.get(rail))
+    }
+
+    fn new_req(&mut self) -> ReqId {
+        let r = ReqId(self.next_req);
+        self.next_req += 1;
+        r
+    }
+
+    // ----- setup -----
+
+    /// Declares a peer with `rails` rails, all down until [`Core::rail_up`].
+    pub fn add_peer(&mut self, peer: PeerId, rails: usize) {
+        let scheds = self.cfg.policy.tiers.iter().map(|(_, k)| self.factory.build(*k)).collect();
+        self.peers.insert(
+            peer,
+            Peer {
+                rails: (0..rails).map(|_| RailState::new()).collect(),
+                scheds,
+                next_seq: 0,
+                waiting: VecDeque::new(),
+                out: BTreeMap::new(),
+                sending: BTreeSet::new(),
+                retx: VecDeque::new(),
+                credits: None,
+                credit_grant: 0,
+                rts_credits: RTS_CREDITS,
+                next_match: 0,
+                inc: BTreeMap::new(),
+                done: RangeSet::new(),
+                credit_used: 0,
+                credit_return: 0,
+                rts_used: 0,
+                rts_return: 0,
+                ack_due: None,
+                failed: None,
+                closed_by_peer: false,
+            },
+        );
+    }
+
+    /// A rail to `peer` is connected and authenticated. `credits` is the
+    /// unexpected-message allowance from the peer's HELLO.
+    pub fn rail_up(&mut self, peer: PeerId, rail: RailId, caps: RailCaps, credits: u64, now: Time) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        if p.failed.is_some() {
+            return;
+        }
+        let Some(r) = p.rails.get_mut(rail) else { return };
+        r.up = true;
+        r.caps = caps;
+        r.down_reason = None;
+        r.last_rx = now;
+        r.last_tx = now;
+        r.inflight = 0;
+        r.written_unacked = 0;
+        r.handed.clear();
+        r.ctrl.clear();
+        r.data.clear();
+        r.acks.clear();
+        r.ack_bytes = 0;
+        if p.credits.is_none() {
+            p.credits = Some(credits);
+            p.credit_grant = credits;
+        }
+        self.schedule(peer, now);
+    }
+
+    /// A rail to `peer` failed. Its unacknowledged fragments move to the
+    /// surviving rails; if it was the last rail, the peer's requests fail.
+    pub fn rail_down(&mut self, peer: PeerId, rail: RailId, reason: &str, now: Time) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let Some(r) = p.rails.get_mut(rail) else { return };
+        if !r.up {
+            if r.down_reason.is_none() {
+                r.down_reason = Some(reason.to_string());
+            }
+            return;
+        }
+        r.up = false;
+        r.down_reason = Some(reason.to_string());
+        r.stats.downs += 1;
+        r.ctrl.clear();
+        r.data.clear();
+        r.handed.clear();
+        r.inflight = 0;
+        r.written_unacked = 0;
+        // Ranges received but not yet acknowledged on this rail: the
+        // sender will re-send them and we will acknowledge the duplicates.
+        r.acks.clear();
+        r.ack_bytes = 0;
+        let closed = p.closed_by_peer || self.closing;
+        if !closed {
+            self.events.push_back(Event::RailDown { peer, rail, reason: reason.to_string() });
+        }
+        if p.up_rails() == 0 {
+            if closed {
+                self.peer_closed(peer);
+            } else {
+                self.fail_peer(peer);
+            }
+            return;
+        }
+        self.requeue_rail(peer, rail, now);
+        self.schedule(peer, now);
+    }
+
+    // ----- application commands -----
+
+    /// Starts sending `data` to `peer` with `tag`. The request completes
+    /// when every byte has been handed to a rail.
+    pub fn isend(&mut self, peer: PeerId, tag: u64, data: Bytes, now: Time) -> ReqId {
+        let req = self.new_req();
+        let Some(p) = self.peers.get_mut(&peer) else {
+            let failure = PeerFailure { peer, rails: vec![] };
+            self.events.push_back(Event::SendDone { req, result: Err(SendError::PeerFailed(failure)) });
+            return req;
+        };
+        if let Some(f) = &p.failed {
+            let e = SendError::PeerFailed(f.clone());
+            self.events.push_back(Event::SendDone { req, result: Err(e) });
+            return req;
+        }
+        if p.closed_by_peer {
+            self.events.push_back(Event::SendDone { req, result: Err(SendError::PeerClosed(peer)) });
+            return req;
+        }
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        p.out.insert(seq, OutMsg::new(req, seq, tag, data));
+        p.waiting.push_back(seq);
+        self.schedule(peer, now);
+        req
+    }
+
+    /// Posts a receive into `buf` for a message from `src` (any if `None`)
+    /// with `tag` (any if `None`). The buffer comes back in the
+    /// [`Event::RecvDone`] event.
+    pub fn irecv(&mut self, src: Option<PeerId>, tag: Option<u64>, buf: BytesMut, now: Time) -> ReqId {
+        let req = self.new_req();
+        let posted = Posted { req, src, tag, buf };
+        // Oldest matching unexpected message first.
+        let hit = self.unexpected.iter().position(|&(peer, seq)| {
+            self.peers.get(&peer).and_then(|p| p.inc.get(&seq)).is_some_and(|m| posted.matches(peer, m.tag))
+        });
+        if let Some(i) = hit {
+            let (peer, seq) = self.unexpected.remove(i).expect("index from position");
+            self.attach(peer, seq, posted, now);
+            self.schedule(peer, now);
+            return req;
+        }
+        if let Some(src) = src {
+            if let Some(err) = self.peer_gone_error(src) {
+                self.events.push_back(Event::RecvDone { req, result: Err(err), buf: posted.buf });
+                return req;
+            }
+        }
+        self.posted.push_back(posted);
+        req
+    }
+
+    fn peer_gone_error(&self, peer: PeerId) -> Option<RecvError> {
+        match self.peers.get(&peer) {
+            None => Some(RecvError::PeerFailed(PeerFailure { peer, rails: vec![] })),
+            Some(p) if p.failed.is_some() => Some(RecvError::PeerFailed(p.failed.clone().expect("checked"))),
+            Some(p) if p.closed_by_peer && p.up_rails() == 0 => Some(RecvError::PeerClosed(peer)),
+            _ => None,
+        }
+    }
+
+    /// Orderly shutdown: queues CLOSE on every rail. Rails going down
+    /// afterwards are not reported as failures.
+    pub fn close(&mut self, now: Time) {
+        self.closing = true;
+        let ids: Vec<PeerId> = self.peers.keys().copied().collect();
+        for id in ids {
+            let p = self.peers.get_mut(&id).expect("id from keys");
+            for (i, r) in p.rails.iter_mut().enumerate() {
+                if r.up {
+                    r.ctrl.push_back(Transmit { header: FrameHeader::new(Op::Close), payload: Bytes::new() });
+                    self.wakeups.insert((id, i));
+                }
+            }
+        }
+        let _ = now;
+    }
+
+    /// True once every send is written and acknowledged, so closing now
+    /// loses nothing.
+    pub fn is_quiescent(&self) -> bool {
+        self.peers.values().all(|p| p.out.is_empty() || p.failed.is_some())
+    }
+
+    // ----- outputs -----
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Rails that got new output since the last call.
+    pub fn take_wakeups(&mut self) -> Vec<(PeerId, RailId)> {
+        std::mem::take(&mut self.wakeups).into_iter().collect()
+    }
+
+    /// The next frame to write on `rail` to `peer`, if any. Report frames
+    /// as written, in order, with [`Core::on_sent`].
+    pub fn poll_transmit(&mut self, peer: PeerId, rail: RailId, now: Time) -> Option<Transmit> {
+        let checksum = self.cfg.checksum;
+        let p = self.peers.get_mut(&peer)?;
+        let r = p.rails.get_mut(rail)?;
+        if !r.up {
+            return None;
+        }
+        if let Some(t) = r.ctrl.pop_front() {
+            r.handed.push_back(rail::Handed::Ctrl);
+            r.last_tx = now;
+            return Some(t);
+        }
+        while let Some(f) = r.data.pop_front() {
+            let Some(msg) = p.out.get(&f.seq) else { continue };
+            let Some(t) = msg.transmit(f.offset, checksum) else { continue };
+            r.handed.push_back(rail::Handed::Frag { seq: f.seq, offset: f.offset });
+            r.last_tx = now;
+            r.stats.tx_bytes += t.payload.len() as u64;
+            r.stats.tx_frames += 1;
+            return Some(t);
+        }
+        None
+    }
+
+    /// The earliest time [`Core::handle_timeout`] has work to do.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let mut t: Option<Time> = None;
+        let mut at = |x: Time| t = Some(t.map_or(x, |y| y.min(x)));
+        for p in self.peers.values() {
+            if let Some(d) = p.ack_due {
+                at(d);
+            }
+            if self.cfg.heartbeat_interval.is_zero() || p.failed.is_some() {
+                continue;
+            }
+            for r in p.rails.iter().filter(|r| r.up) {
+                if !r.has_output() {
+                    at(r.last_tx + self.cfg.heartbeat_interval);
+                }
+                at(r.last_rx + self.cfg.heartbeat_timeout);
+            }
+        }
+        t
+    }
+
+    /// Runs timers: delayed acknowledgements, heartbeats, liveness checks.
+    pub fn handle_timeout(&mut self, now: Time) {
+        let ids: Vec<PeerId> = self.peers.keys().copied().collect();
+        for id in ids {
+            if self.peers[&id].ack_due.is_some_and(|d| d <= now) {
+                self.flush_acks(id, now, true);
+            }
+            if self.cfg.heartbeat_interval.is_zero() {
+                continue;
+            }
+            let (interval, timeout) = (self.cfg.heartbeat_interval, self.cfg.heartbeat_timeout);
+            let mut dead = Vec::new();
+            let p = self.peers.get_mut(&id).expect("id from keys");
+            for (i, r) in p.rails.iter_mut().enumerate().filter(|(_, r)| r.up) {
+                if now.since(r.last_rx) >= timeout {
+                    dead.push(i);
+                } else if now.since(r.last_tx) >= interval && !r.has_output() {
+                    r.ctrl.push_back(Transmit { header: FrameHeader::new(Op::Heartbeat), payload: Bytes::new() });
+                    r.last_tx = now;
+                    self.wakeups.insert((id, i));
+                }
+            }
+            for i in dead {
+                let why = format!("no frame for {:?} (heartbeat timeout)", timeout);
+                self.rail_down(id, i, &why, now);
+            }
+        }
+    }
+
+    /// Something arrived on a rail (part of a long payload, say): it is alive.
+    pub fn rail_activity(&mut self, peer: PeerId, rail: RailId, now: Time) {
+        if let Some(r) = self.peers.get_mut(&peer).and_then(|p| p.rails.get_mut(rail)) {
+            r.last_rx = now;
+        }
+    }
+
+    // ----- failure handling -----
+
+    fn fail_peer(&mut self, peer: PeerId) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let failure = PeerFailure {
+            peer,
+            rails: p
+                .rails
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (i, r.down_reason.clone().unwrap_or_else(|| "never connected".into())))
+                .collect(),
+        };
+        p.failed = Some(failure.clone());
+        self.finish_peer(peer, SendError::PeerFailed(failure.clone()), RecvError::PeerFailed(failure.clone()));
+        self.events.push_back(Event::PeerFailed { failure });
+    }
+
+    fn peer_closed(&mut self, peer: PeerId) {
+        self.finish_peer(peer, SendError::PeerClosed(peer), RecvError::PeerClosed(peer));
+        self.events.push_back(Event::PeerClosed { peer });
+    }
+
+    /// Fails every pending operation involving `peer`; complete unexpected
+    /// messages stay deliverable.
+    fn finish_peer(&mut self, peer: PeerId, send_err: SendError, recv_err: RecvError) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        for (_, m) in std::mem::take(&mut p.out) {
+            if !m.completed {
+                self.events.push_back(Event::SendDone { req: m.req, result: Err(send_err.clone()) });
+            }
+        }
+        p.waiting.clear();
+        p.sending.clear();
+        p.retx.clear();
+        let incomplete: Vec<u64> = p.inc.iter().filter(|(_, m)| !m.is_complete()).map(|(s, _)| *s).collect();
+        for seq in incomplete {
+            let m = p.inc.remove(&seq).expect("seq from iter");
+            if let Some((req, buf)) = m.into_request_buffer() {
+                self.events.push_back(Event::RecvDone { req, result: Err(recv_err.clone()), buf });
+            }
+        }
+        let p = &self.peers[&peer];
+        self.unexpected.retain(|(q, s)| *q != peer || p.inc.contains_key(s));
+        let mut keep = VecDeque::new();
+        for posted in std::mem::take(&mut self.posted) {
+            if posted.src == Some(peer) {
+                self.events.push_back(Event::RecvDone { req: posted.req, result: Err(recv_err.clone()), buf: posted.buf });
+            } else {
+                keep.push_back(posted);
+            }
+        }
+        self.posted = keep;
+    }
+}

@@ -1,0 +1,146 @@
+//! A set of disjoint half-open byte ranges, merged as they are inserted.
+
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeSet {
+    /// start -> end, disjoint and non-adjacent.
+    map: BTreeMap<u64, u64>,
+    total: u64,
+}
+
+impl RangeSet {
+    pub fn new() -> RangeSet {
+        RangeSet::default()
+    }
+
+    /// Sum of the lengths of all ranges.
+    pub fn covered(&self) -> u64 {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// True if any byte of `[start, end)` is in the set.
+    pub fn overlaps(&self, start: u64, end: u64) -> bool {
+        if start >= end {
+            return false;
+        }
+        // The last range starting before `end` is the only candidate.
+        self.map.range(..end).next_back().is_some_and(|(_, &e)| e > start)
+    }
+
+    /// True if every byte of `[start, end)` is in the set.
+    pub fn contains(&self, start: u64, end: u64) -> bool {
+        if start >= end {
+            return true;
+        }
+        self.map.range(..=start).next_back().is_some_and(|(_, &e)| e >= end)
+    }
+
+    /// Adds `[start, end)`; returns how many bytes were new.
+    pub fn insert(&mut self, start: u64, end: u64) -> u64 {
+        if start >= end {
+            return 0;
+        }
+        let (mut s, mut e) = (start, end);
+        let mut removed = 0;
+        // Merge with every range that overlaps or touches [s, e).
+        let touching: Vec<(u64, u64)> = self
+            .map
+            .range(..=e)
+            .rev()
+            .take_while(|(_, re)| **re >= s)
+            .map(|(a, b)| (*a, *b))
+            .collect();
+        for (rs, re) in touching {
+            self.map.remove(&rs);
+            removed += re - rs;
+            s = s.min(rs);
+            e = e.max(re);
+        }
+        self.map.insert(s, e);
+        let added = (e - s) - removed;
+        self.total += added;
+        added
+    }
+
+    /// Removes `[start, end)` from the set.
+    pub fn remove(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let hits: Vec<(u64, u64)> =
+            self.map.range(..end).rev().take_while(|(_, re)| **re > start).map(|(a, b)| (*a, *b)).collect();
+        for (rs, re) in hits {
+            self.map.remove(&rs);
+            self.total -= re - rs;
+            if rs < start {
+                self.map.insert(rs, start);
+                self.total += start - rs;
+            }
+            if re > end {
+                self.map.insert(end, re);
+                self.total += re - end;
+            }
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.map.iter().map(|(a, b)| (*a, *b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_merges() {
+        let mut r = RangeSet::new();
+        assert_eq!(r.insert(10, 20), 10);
+        assert_eq!(r.insert(30, 40), 10);
+        assert_eq!(r.insert(20, 30), 10);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(10, 40)]);
+        assert_eq!(r.insert(5, 45), 10);
+        assert_eq!(r.covered(), 40);
+        assert_eq!(r.insert(15, 25), 0);
+        assert!(r.contains(5, 45));
+        assert!(!r.contains(4, 6));
+        assert!(r.overlaps(44, 50));
+        assert!(!r.overlaps(45, 50));
+    }
+
+    #[test]
+    fn remove_splits() {
+        let mut r = RangeSet::new();
+        r.insert(0, 100);
+        r.remove(10, 20);
+        r.remove(90, 200);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 10), (20, 90)]);
+        assert_eq!(r.covered(), 80);
+        r.remove(0, 100);
+        assert!(r.is_empty());
+        assert_eq!(r.covered(), 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn matches_a_bitmap(ops in proptest::collection::vec((0u64..64, 0u64..64, proptest::bool::ANY), 0..40)) {
+            let mut r = RangeSet::new();
+            let mut bits = [false; 128];
+            for (a, l, add) in ops {
+                let (s, e) = (a, a + l);
+                if add { r.insert(s, e); } else { r.remove(s, e); }
+                for b in &mut bits[s as usize..e as usize] { *b = add; }
+                let want = bits.iter().filter(|b| **b).count() as u64;
+                proptest::prop_assert_eq!(r.covered(), want);
+                for i in 0..128u64 {
+                    proptest::prop_assert_eq!(r.contains(i, i + 1), bits[i as usize]);
+                }
+            }
+        }
+    }
+}

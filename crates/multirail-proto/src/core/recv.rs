@@ -1,0 +1,543 @@
+//! The receiving side: frames in, messages out. Messages become matchable
+//! strictly in sequence order (MPI non-overtaking); their fragments land
+//! by offset in the posted buffer (or an unexpected buffer bounded by the
+//! credits we granted), from any rail, in any order.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::wire::{Flags, FrameHeader, Op, frame::payload_checksum};
+
+use super::recvbuf::RecvBuffer;
+use super::{
+    Core, Event, MESSAGE_OVERHEAD, PayloadDest, PeerId, Posted, ProtocolError, RailId, RangeSet, RecvError, ReqId,
+    RTS_CREDITS, SEQ_WINDOW, Status, Transmit,
+};
+use crate::time::Time;
+
+/// Where a message's bytes go.
+#[derive(Debug)]
+pub(crate) enum InBuf {
+    /// Not decided yet (only between creation and matching).
+    None,
+    /// An unexpected buffer of our own, exactly the message length.
+    Own(RecvBuffer),
+    /// The application's posted buffer.
+    User(RecvBuffer),
+    /// Nobody wants the bytes (truncated receive): count and drop them.
+    Discard,
+}
+
+#[derive(Debug)]
+pub(crate) struct InMsg {
+    pub tag: u64,
+    pub total: u64,
+    pub eager: bool,
+    pub buf: InBuf,
+    pub received: RangeSet,
+    /// Fragments fully received (a zero-length message has one).
+    pub frames: u64,
+    /// The receive this message matched.
+    pub req: Option<ReqId>,
+    /// The application's buffer while the bytes are still in `Own`.
+    pub user_buf: Option<BytesMut>,
+    /// Credits to give back once the bytes no longer occupy our memory.
+    pub credit: u64,
+    /// Rail the RTS came on; the CTS goes back on it.
+    pub rts_rail: RailId,
+    pub cts_sent: bool,
+}
+
+impl InMsg {
+    fn new(hdr: &FrameHeader, credit: u64, rail: RailId) -> InMsg {
+        InMsg {
+            tag: hdr.tag,
+            total: hdr.total_len,
+            eager: hdr.op == Op::Eager,
+            buf: InBuf::None,
+            received: RangeSet::new(),
+            frames: 0,
+            req: None,
+            user_buf: None,
+            credit,
+            rts_rail: rail,
+            cts_sent: false,
+        }
+    }
+
+    /// Every byte is in and no piece of the buffer is out on lease.
+    pub fn is_complete(&self) -> bool {
+        let leased = match &self.buf {
+            InBuf::Own(b) | InBuf::User(b) => b.leased(),
+            _ => 0,
+        };
+        self.frames > 0 && self.received.covered() == self.total && leased == 0
+    }
+
+    /// For failing a matched receive: its request and the user's buffer.
+    pub fn into_request_buffer(self) -> Option<(ReqId, BytesMut)> {
+        let req = self.req?;
+        let buf = match (self.buf, self.user_buf) {
+            (_, Some(b)) => b,
+            (InBuf::User(b), None) => b.into_inner(),
+            _ => BytesMut::new(),
+        };
+        Some((req, buf))
+    }
+
+    fn check_same(&self, hdr: &FrameHeader, seq: u64) -> Result<(), ProtocolError> {
+        if hdr.tag != self.tag {
+            return Err(ProtocolError::Inconsistent { seq, what: "tag" });
+        }
+        if hdr.total_len != self.total {
+            return Err(ProtocolError::Inconsistent { seq, what: "total length" });
+        }
+        let eager = hdr.op == Op::Eager;
+        if hdr.op != Op::Rts && eager != self.eager {
+            return Err(ProtocolError::Inconsistent { seq, what: "eager vs rendezvous" });
+        }
+        Ok(())
+    }
+
+    /// Where the payload of `hdr` goes.
+    fn dest_for(&mut self, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
+        let (off, len) = (hdr.offset, hdr.frag_len as u64);
+        if self.received.contains(off, off + len) && (len > 0 || self.frames > 0) {
+            // A duplicate (re-sent after a rail failure): compare it.
+            return Ok(match self.buf {
+                InBuf::Own(_) | InBuf::User(_) => PayloadDest::Scratch(vec![0; len as usize]),
+                _ => PayloadDest::Discard,
+            });
+        }
+        if self.received.overlaps(off, off + len) {
+            return Err(ProtocolError::Inconsistent { seq: hdr.seq, what: "fragment overlaps an earlier one" });
+        }
+        Ok(match &mut self.buf {
+            InBuf::Own(b) | InBuf::User(b) => match b.lease(off, len) {
+                Some(l) => PayloadDest::Lease(l),
+                // The same range is being read on another rail right now.
+                None => PayloadDest::Discard,
+            },
+            InBuf::None | InBuf::Discard => PayloadDest::Discard,
+        })
+    }
+}
+
+impl Core {
+    /// A frame header arrived on `rail` from `peer`. Returns where its
+    /// payload goes; read it there and call [`Core::on_payload`]. An error
+    /// means the peer broke the protocol: close this rail.
+    pub fn on_header(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) -> Result<PayloadDest, ProtocolError> {
+        let Some(p) = self.peers.get_mut(&peer) else { return Ok(PayloadDest::Discard) };
+        if p.failed.is_some() {
+            return Ok(PayloadDest::Discard);
+        }
+        match p.rails.get_mut(rail) {
+            Some(r) if r.up => r.last_rx = now,
+            // A rail we declared down: the driver is closing it.
+            _ => return Ok(PayloadDest::Discard),
+        }
+        match hdr.op {
+            Op::Eager => self.rx_eager(peer, rail, hdr, now),
+            Op::Data => self.rx_data(peer, hdr),
+            Op::Rts => self.rx_rts(peer, rail, hdr, now).map(|_| PayloadDest::None),
+            Op::Cts => self.rx_cts(peer, hdr, now).map(|_| PayloadDest::None),
+            Op::Ack => Ok(PayloadDest::Scratch(vec![0; hdr.payload_len()])),
+            Op::Heartbeat => Ok(PayloadDest::None),
+            Op::Close => {
+                p.closed_by_peer = true;
+                Ok(PayloadDest::None)
+            }
+        }
+    }
+
+    /// The payload of `hdr` is in `dest` (`complete`), or the rail failed
+    /// while reading it (`!complete`: the bytes are not used).
+    pub fn on_payload(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        dest: PayloadDest,
+        complete: bool,
+        now: Time,
+    ) -> Result<(), ProtocolError> {
+        if !self.peers.contains_key(&peer) {
+            return Ok(());
+        }
+        match dest {
+            PayloadDest::None => Ok(()),
+            PayloadDest::Scratch(v) if hdr.op == Op::Ack => {
+                if complete {
+                    self.rx_ack(peer, hdr, &v, now)
+                } else {
+                    Ok(())
+                }
+            }
+            PayloadDest::Scratch(v) => {
+                if complete {
+                    self.check_duplicate(peer, hdr, &v)?;
+                    self.received(peer, rail, hdr, now);
+                }
+                Ok(())
+            }
+            PayloadDest::Discard => {
+                if complete && hdr.op.carries_data() {
+                    self.received(peer, rail, hdr, now);
+                }
+                Ok(())
+            }
+            PayloadDest::Lease(lease) => {
+                let bad_sum = complete
+                    && hdr.flags.contains(Flags::CHECKSUM)
+                    && payload_checksum(&lease.buf) != hdr.checksum;
+                let p = self.peers.get_mut(&peer).expect("checked above");
+                if let Some(m) = p.inc.get_mut(&hdr.seq) {
+                    if let InBuf::Own(b) | InBuf::User(b) = &mut m.buf {
+                        b.give_back(lease);
+                    }
+                }
+                if bad_sum {
+                    return Err(ProtocolError::Checksum { seq: hdr.seq, offset: hdr.offset });
+                }
+                if complete {
+                    self.received(peer, rail, hdr, now);
+                } else {
+                    self.try_finish(peer, hdr.seq, now);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A whole frame at once (payload already in memory): `on_header`,
+    /// copy, `on_payload`.
+    pub fn on_frame(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, payload: &[u8], now: Time) -> Result<(), ProtocolError> {
+        let mut dest = self.on_header(peer, rail, hdr, now)?;
+        if let Some(dst) = dest.as_mut_slice() {
+            let n = dst.len().min(payload.len());
+            dst[..n].copy_from_slice(&payload[..n]);
+        }
+        self.on_payload(peer, rail, hdr, dest, true, now)
+    }
+
+    fn check_seq(&self, peer: PeerId, seq: u64) -> Result<(), ProtocolError> {
+        let p = &self.peers[&peer];
+        if seq >= p.next_match.saturating_add(SEQ_WINDOW) {
+            return Err(ProtocolError::SeqOutOfWindow { seq, next: p.next_match, window: SEQ_WINDOW });
+        }
+        Ok(())
+    }
+
+    /// Charges `cost` credits to `peer`, refusing a peer that overdraws.
+    fn charge(&mut self, peer: PeerId, cost: u64) -> Result<(), ProtocolError> {
+        let limit = self.cfg.unexpected_limit;
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        if p.credit_used.saturating_add(cost) > limit {
+            return Err(ProtocolError::CreditExceeded { used: p.credit_used, cost, limit });
+        }
+        p.credit_used += cost;
+        Ok(())
+    }
+
+    fn is_done(&self, peer: PeerId, seq: u64) -> bool {
+        self.peers[&peer].done.contains(seq, seq + 1)
+    }
+
+    fn rx_eager(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) -> Result<PayloadDest, ProtocolError> {
+        let seq = hdr.seq;
+        if self.is_done(peer, seq) {
+            return Ok(PayloadDest::Discard);
+        }
+        self.check_seq(peer, seq)?;
+        if !self.peers[&peer].inc.contains_key(&seq) {
+            if seq < self.peers[&peer].next_match {
+                return Err(ProtocolError::UnknownMessage { op: hdr.op, seq });
+            }
+            if hdr.total_len > self.cfg.unexpected_limit {
+                return Err(ProtocolError::EagerTooLong { len: hdr.total_len, limit: self.cfg.unexpected_limit });
+            }
+            let cost = hdr.total_len + MESSAGE_OVERHEAD;
+            self.charge(peer, cost)?;
+            self.peers.get_mut(&peer).expect("checked").inc.insert(seq, InMsg::new(hdr, cost, rail));
+            self.advance_matching(peer, now);
+            let m = self.peers.get_mut(&peer).expect("checked").inc.get_mut(&seq).expect("just inserted");
+            if matches!(m.buf, InBuf::None) {
+                m.buf = InBuf::Own(RecvBuffer::new(BytesMut::zeroed(hdr.total_len as usize)));
+            }
+        }
+        let m = self.peers.get_mut(&peer).expect("checked").inc.get_mut(&seq).expect("present");
+        m.check_same(hdr, seq)?;
+        m.dest_for(hdr)
+    }
+
+    fn rx_data(&mut self, peer: PeerId, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
+        let seq = hdr.seq;
+        if self.is_done(peer, seq) {
+            return Ok(PayloadDest::Discard);
+        }
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let Some(m) = p.inc.get_mut(&seq) else { return Err(ProtocolError::UnannouncedData { seq }) };
+        if m.eager || !m.cts_sent {
+            return Err(ProtocolError::UnannouncedData { seq });
+        }
+        m.check_same(hdr, seq)?;
+        m.dest_for(hdr)
+    }
+
+    fn rx_rts(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) -> Result<(), ProtocolError> {
+        let seq = hdr.seq;
+        if self.is_done(peer, seq) {
+            return Ok(());
+        }
+        self.check_seq(peer, seq)?;
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        if let Some(m) = p.inc.get_mut(&seq) {
+            m.check_same(hdr, seq)?;
+            if m.eager {
+                return Err(ProtocolError::Inconsistent { seq, what: "RTS for an eager message" });
+            }
+            if m.cts_sent {
+                // Our CTS may have died with a rail: send it again.
+                m.rts_rail = rail;
+                let cts = cts_frame(seq, m.tag, m.total, false);
+                p.rails[rail].ctrl.push_back(cts);
+                self.wakeups.insert((peer, rail));
+            }
+            return Ok(());
+        }
+        if seq < p.next_match {
+            return Err(ProtocolError::UnknownMessage { op: hdr.op, seq });
+        }
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        if p.rts_used >= RTS_CREDITS {
+            return Err(ProtocolError::RtsCreditExceeded { limit: RTS_CREDITS });
+        }
+        p.rts_used += 1;
+        p.inc.insert(seq, InMsg::new(hdr, 0, rail));
+        self.advance_matching(peer, now);
+        Ok(())
+    }
+
+    /// Makes every consecutive arrived message matchable, in order.
+    fn advance_matching(&mut self, peer: PeerId, now: Time) {
+        loop {
+            let p = self.peers.get_mut(&peer).expect("caller checked");
+            let seq = p.next_match;
+            let Some(m) = p.inc.get(&seq) else { break };
+            let tag = m.tag;
+            p.next_match += 1;
+            match self.posted.iter().position(|x| x.matches(peer, tag)) {
+                Some(i) => {
+                    let posted = self.posted.remove(i).expect("index from position");
+                    self.attach(peer, seq, posted, now);
+                }
+                None => self.unexpected.push_back((peer, seq)),
+            }
+        }
+    }
+
+    /// Gives back a message's credits (its bytes left our memory).
+    fn return_credit(&mut self, peer: PeerId, credit: u64, now: Time) {
+        let quarter = (self.cfg.unexpected_limit / 4).max(1);
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        if credit == 0 && p.rts_return == 0 {
+            return;
+        }
+        p.credit_used = p.credit_used.saturating_sub(credit);
+        p.credit_return += credit;
+        if p.credit_return >= quarter || p.rts_return >= RTS_CREDITS / 4 {
+            self.flush_acks(peer, now, true);
+        } else if p.ack_due.is_none() {
+            p.ack_due = Some(now + self.cfg.ack_delay);
+        }
+    }
+
+    /// Matches message `seq` from `peer` with a posted receive.
+    pub(crate) fn attach(&mut self, peer: PeerId, seq: u64, posted: Posted, now: Time) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let m = p.inc.get_mut(&seq).expect("caller checked");
+        let Posted { req, buf, .. } = posted;
+        if m.total > buf.len() as u64 {
+            let status = Status { peer, tag: m.tag, len: m.total };
+            let err = RecvError::Truncated { status, buf_len: buf.len() as u64 };
+            self.events.push_back(Event::RecvDone { req, result: Err(err), buf });
+            self.attach_truncated(peer, seq, now);
+            return;
+        }
+        let credit = if !m.eager {
+            let cts = cts_frame(seq, m.tag, m.total, false);
+            let rail = if p.rails[m.rts_rail].up { m.rts_rail } else { p.rails.iter().position(|r| r.up).unwrap_or(0) };
+            p.rails[rail].ctrl.push_back(cts);
+            self.wakeups.insert((peer, rail));
+            m.req = Some(req);
+            m.cts_sent = true;
+            m.buf = InBuf::User(RecvBuffer::new(buf));
+            p.rts_used -= 1;
+            p.rts_return += 1;
+            std::mem::take(&mut m.credit)
+        } else if matches!(m.buf, InBuf::None) {
+            // Matched before any byte arrived: receive in place.
+            m.buf = InBuf::User(RecvBuffer::new(buf));
+            m.req = Some(req);
+            std::mem::take(&mut m.credit)
+        } else {
+            // Bytes are (partly) in our unexpected buffer; copied at the end.
+            m.req = Some(req);
+            m.user_buf = Some(buf);
+            self.try_finish(peer, seq, now);
+            return;
+        };
+        self.return_credit(peer, credit, now);
+    }
+
+    /// The receive matched to `seq` was too small (already reported).
+    fn attach_truncated(&mut self, peer: PeerId, seq: u64, now: Time) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let m = p.inc.get_mut(&seq).expect("caller checked");
+        let credit = std::mem::take(&mut m.credit);
+        if m.eager {
+            // Keep counting fragments so duplicates are recognised, but
+            // hold no bytes.
+            m.buf = InBuf::Discard;
+        } else {
+            // Tell the sender not to send the data.
+            p.rts_used -= 1;
+            p.rts_return += 1;
+            let rail = if p.rails[m.rts_rail].up { m.rts_rail } else { p.rails.iter().position(|r| r.up).unwrap_or(0) };
+            p.rails[rail].ctrl.push_back(cts_frame(seq, m.tag, m.total, true));
+            self.wakeups.insert((peer, rail));
+            p.inc.remove(&seq);
+            p.done.insert(seq, seq + 1);
+        }
+        self.return_credit(peer, credit, now);
+        self.try_finish(peer, seq, now);
+    }
+
+    /// Records a fully received fragment and acknowledges it.
+    fn received(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) {
+        let (ack_bytes, ack_delay) = (self.cfg.ack_bytes, self.cfg.ack_delay);
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let seq = hdr.seq;
+        let mut big_done = false;
+        if let Some(m) = p.inc.get_mut(&seq) {
+            m.received.insert(hdr.offset, hdr.offset + hdr.frag_len as u64);
+            m.frames += 1;
+            big_done = m.received.covered() == m.total && m.total >= ack_bytes;
+        }
+        if let Some(r) = p.rails.get_mut(rail) {
+            r.stats.rx_bytes += hdr.frag_len as u64;
+            r.stats.rx_frames += 1;
+            if r.up {
+                r.note_received(seq, hdr.offset, hdr.frag_len);
+            }
+            if r.ack_bytes >= ack_bytes || big_done {
+                self.flush_rail_acks(peer, rail);
+            } else if p.ack_due.is_none() {
+                p.ack_due = Some(now + ack_delay);
+            }
+        }
+        self.try_finish(peer, seq, now);
+    }
+
+    fn check_duplicate(&self, peer: PeerId, hdr: &FrameHeader, bytes: &[u8]) -> Result<(), ProtocolError> {
+        let Some(m) = self.peers[&peer].inc.get(&hdr.seq) else { return Ok(()) };
+        let mut have = vec![0u8; bytes.len()];
+        let known = match &m.buf {
+            InBuf::Own(b) | InBuf::User(b) => b.copy_out(hdr.offset, &mut have),
+            _ => false,
+        };
+        if known && have != bytes {
+            return Err(ProtocolError::ConflictingDuplicate { seq: hdr.seq, offset: hdr.offset });
+        }
+        Ok(())
+    }
+
+    /// Completes message `seq` if all its bytes are in and it is matched.
+    pub(crate) fn try_finish(&mut self, peer: PeerId, seq: u64, now: Time) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let Some(m) = p.inc.get(&seq) else { return };
+        if !m.is_complete() {
+            return;
+        }
+        let matched = m.req.is_some() || matches!(m.buf, InBuf::Discard);
+        if !matched {
+            return; // complete but unexpected: waits for a receive
+        }
+        let mut m = p.inc.remove(&seq).expect("present");
+        p.done.insert(seq, seq + 1);
+        let status = Status { peer, tag: m.tag, len: m.total };
+        let credit = std::mem::take(&mut m.credit);
+        match (std::mem::replace(&mut m.buf, InBuf::None), m.req) {
+            (InBuf::User(b), Some(req)) => {
+                self.events.push_back(Event::RecvDone { req, result: Ok(status), buf: b.into_inner() });
+            }
+            (InBuf::Own(b), Some(req)) => {
+                let mut user = m.user_buf.take().unwrap_or_default();
+                let own = b.into_inner();
+                user[..own.len()].copy_from_slice(&own);
+                self.events.push_back(Event::RecvDone { req, result: Ok(status), buf: user });
+            }
+            _ => {}
+        }
+        self.return_credit(peer, credit, now);
+    }
+
+    /// Queues an ACK with every pending range of `rail` (and the credits
+    /// to return).
+    fn flush_rail_acks(&mut self, peer: PeerId, rail: RailId) {
+        let max_ranges = (self.cfg.limits.max_frame as usize / crate::wire::AckRange::LEN).clamp(1, 4096);
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let r = &mut p.rails[rail];
+        if !r.up {
+            return;
+        }
+        let ranges = std::mem::take(&mut r.acks);
+        r.ack_bytes = 0;
+        let mut credit = std::mem::take(&mut p.credit_return);
+        let mut rts = std::mem::take(&mut p.rts_return);
+        let mut chunks: Vec<&[crate::wire::AckRange]> = ranges.chunks(max_ranges).collect();
+        if chunks.is_empty() {
+            if credit == 0 && rts == 0 {
+                return;
+            }
+            chunks.push(&[]);
+        }
+        for c in chunks {
+            let repr = crate::wire::AckRepr { ranges: c.to_vec() };
+            let mut h = FrameHeader::new(Op::Ack);
+            h.total_len = std::mem::take(&mut credit);
+            h.tag = std::mem::take(&mut rts);
+            h.aux = c.len() as u32;
+            h.frag_len = repr.buffer_len() as u32;
+            r.ctrl.push_back(Transmit { header: h, payload: Bytes::from(repr.to_vec()) });
+        }
+        self.wakeups.insert((peer, rail));
+    }
+
+    /// Sends every pending acknowledgement of `peer` now.
+    pub(crate) fn flush_acks(&mut self, peer: PeerId, _now: Time, include_credit: bool) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        p.ack_due = None;
+        let rails: Vec<RailId> = p.rails.iter().enumerate().filter(|(_, r)| r.up && !r.acks.is_empty()).map(|(i, _)| i).collect();
+        for rail in &rails {
+            self.flush_rail_acks(peer, *rail);
+        }
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        if include_credit && (p.credit_return > 0 || p.rts_return > 0) {
+            if let Some(rail) = p.rails.iter().position(|r| r.up) {
+                self.flush_rail_acks(peer, rail);
+            }
+        }
+    }
+}
+
+fn cts_frame(seq: u64, tag: u64, total: u64, discard: bool) -> Transmit {
+    let mut h = FrameHeader::new(Op::Cts);
+    h.seq = seq;
+    h.tag = tag;
+    h.total_len = total;
+    if discard {
+        h.flags = Flags::DISCARD;
+    }
+    Transmit { header: h, payload: Bytes::new() }
+}

@@ -1,0 +1,362 @@
+//! The sending side: starting messages (eager or rendezvous, within the
+//! peer's credits), assigning chunks to rails through the schedulers,
+//! tracking every fragment until it is acknowledged, and moving the
+//! fragments of a failed rail to the survivors.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::sched::{MessageInfo, Plan, RailView, least_loaded};
+use crate::time::Time;
+use crate::wire::{AckRepr, Flags, FrameHeader, Op, frame::payload_checksum};
+
+use super::rail::{FragRef, Handed, SendStamp};
+use super::{Core, Event, MESSAGE_OVERHEAD, PeerId, ProtocolError, RailId, ReqId, Transmit};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutState {
+    /// Not started: waiting for credits or its turn.
+    Waiting,
+    /// RTS sent on `rail`; waiting for CTS.
+    Rts { rail: RailId },
+    /// Data being assigned and written.
+    Sending,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FragState {
+    /// In a rail's data queue or handed to the driver, not yet written.
+    Queued,
+    /// Written on its rail; `stamp` is valid.
+    Written,
+    /// Waiting for a surviving rail after its rail failed.
+    Orphaned,
+    Acked,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Frag {
+    pub len: u32,
+    pub rail: RailId,
+    pub state: FragState,
+    pub ever_written: bool,
+    pub retransmit: bool,
+    pub stamp: SendStamp,
+}
+
+#[derive(Debug)]
+pub(crate) struct OutMsg {
+    pub req: ReqId,
+    pub seq: u64,
+    pub tag: u64,
+    pub data: Bytes,
+    pub eager: bool,
+    pub state: OutState,
+    pub tier: usize,
+    pub plan: Option<Plan>,
+    /// Fragments by offset.
+    pub frags: BTreeMap<u64, Frag>,
+    pub unwritten: usize,
+    pub unacked: usize,
+    /// `SendDone` was reported.
+    pub completed: bool,
+}
+
+impl OutMsg {
+    pub fn new(req: ReqId, seq: u64, tag: u64, data: Bytes) -> OutMsg {
+        OutMsg {
+            req,
+            seq,
+            tag,
+            data,
+            eager: false,
+            state: OutState::Waiting,
+            tier: 0,
+            plan: None,
+            frags: BTreeMap::new(),
+            unwritten: 0,
+            unacked: 0,
+            completed: false,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    fn plan_done(&self) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.is_done())
+    }
+
+    /// The frame carrying the fragment at `offset`.
+    pub fn transmit(&self, offset: u64, checksum: bool) -> Option<Transmit> {
+        let f = self.frags.get(&offset)?;
+        if f.state == FragState::Acked {
+            return None;
+        }
+        let start = offset as usize;
+        let payload = self.data.slice(start..start + f.len as usize);
+        let mut h = FrameHeader::new(if self.eager { Op::Eager } else { Op::Data });
+        h.seq = self.seq;
+        h.tag = self.tag;
+        h.total_len = self.len();
+        h.offset = offset;
+        h.frag_len = f.len;
+        if f.retransmit {
+            h.flags = h.flags.with(Flags::RETRANSMIT);
+        }
+        if checksum {
+            h.flags = h.flags.with(Flags::CHECKSUM);
+            h.checksum = payload_checksum(&payload);
+        }
+        Some(Transmit { header: h, payload })
+    }
+
+    fn rts(&self, retransmit: bool) -> Transmit {
+        let mut h = FrameHeader::new(Op::Rts);
+        h.seq = self.seq;
+        h.tag = self.tag;
+        h.total_len = self.len();
+        if retransmit {
+            h.flags = Flags::RETRANSMIT;
+        }
+        Transmit { header: h, payload: Bytes::new() }
+    }
+}
+
+impl Core {
+    /// Starts waiting messages, re-sends orphaned fragments and assigns
+    /// new chunks to rails with room, for one peer.
+    pub(crate) fn schedule(&mut self, peer: PeerId, now: Time) {
+        let (eager_limit, window, chunk, rank) =
+            (self.cfg.eager_limit, self.cfg.rail_window, self.cfg.chunk, self.cfg.rank);
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        if p.failed.is_some() || p.up_rails() == 0 {
+            return;
+        }
+        let mut views: Vec<RailView> = p.rails.iter().map(|r| r.view(window, now)).collect();
+        let mut woken = Vec::new();
+
+        // 1. Start messages in order while the peer's credits allow.
+        while let Some(&seq) = p.waiting.front() {
+            let Some(credits) = p.credits else { break };
+            let m = p.out.get_mut(&seq).expect("waiting messages are in out");
+            let len = m.len();
+            if len <= eager_limit && credits >= len + MESSAGE_OVERHEAD {
+                p.credits = Some(credits - len - MESSAGE_OVERHEAD);
+                m.eager = true;
+                m.state = OutState::Sending;
+                m.tier = self.cfg.policy.tier_of(len);
+                let info = MessageInfo { len, rank, peer };
+                m.plan = Some(p.scheds[m.tier].start(&info, &views, chunk, now));
+                p.sending.insert(seq);
+            } else if p.rts_credits > 0 {
+                let Some(rail) = least_loaded(&views) else { break };
+                p.rts_credits -= 1;
+                m.state = OutState::Rts { rail };
+                p.rails[rail].ctrl.push_back(m.rts(false));
+                woken.push(rail);
+            } else {
+                break;
+            }
+            p.waiting.pop_front();
+        }
+
+        // 2. Fragments orphaned by a failed rail go first, in order.
+        while let Some(&(seq, offset)) = p.retx.front() {
+            let Some(f) = p.out.get_mut(&seq).and_then(|m| m.frags.get_mut(&offset)) else {
+                p.retx.pop_front();
+                continue;
+            };
+            if f.state != FragState::Orphaned {
+                p.retx.pop_front();
+                continue;
+            }
+            let Some(rail) = least_loaded(&views).filter(|&r| views[r].has_room()) else { break };
+            f.rail = rail;
+            f.state = FragState::Queued;
+            f.retransmit = true;
+            views[rail].inflight += f.len as u64;
+            let r = &mut p.rails[rail];
+            r.inflight += f.len as u64;
+            r.stats.retransmits += 1;
+            r.data.push_back(FragRef { seq, offset });
+            woken.push(rail);
+            p.retx.pop_front();
+        }
+
+        // 3. New chunks, message by message in order.
+        let sending: Vec<u64> = p.sending.iter().copied().collect();
+        for seq in sending {
+            let m = p.out.get_mut(&seq).expect("sending messages are in out");
+            let sched = &mut p.scheds[m.tier];
+            let plan = m.plan.as_mut().expect("sending messages have a plan");
+            while let Some(c) = sched.next(plan, &views, now) {
+                let len = c.len as u32;
+                m.frags.insert(
+                    c.offset,
+                    Frag {
+                        len,
+                        rail: c.rail,
+                        state: FragState::Queued,
+                        ever_written: false,
+                        retransmit: false,
+                        stamp: SendStamp::default(),
+                    },
+                );
+                m.unwritten += 1;
+                m.unacked += 1;
+                views[c.rail].inflight += c.len;
+                views[c.rail].last_used = Some(now);
+                let r = &mut p.rails[c.rail];
+                r.inflight += c.len;
+                r.last_used = Some(now);
+                r.data.push_back(FragRef { seq, offset: c.offset });
+                woken.push(c.rail);
+            }
+            if plan.is_done() {
+                p.sending.remove(&seq);
+            }
+        }
+        for rail in woken {
+            self.wakeups.insert((peer, rail));
+        }
+    }
+
+    /// Frames handed out on `rail` were written, the first `n` in order.
+    pub fn on_sent(&mut self, peer: PeerId, rail: RailId, n: usize, now: Time) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let Some(r) = p.rails.get_mut(rail) else { return };
+        let mut done = Vec::new();
+        for _ in 0..n {
+            let Some(h) = r.handed.pop_front() else { break };
+            let Handed::Frag { seq, offset } = h else { continue };
+            let Some(m) = p.out.get_mut(&seq) else { continue };
+            let Some(f) = m.frags.get_mut(&offset) else { continue };
+            if f.state != FragState::Queued || f.rail != rail {
+                continue;
+            }
+            f.state = FragState::Written;
+            f.stamp = r.est.on_send(now, r.written_unacked == 0);
+            r.written_unacked += f.len as u64;
+            if !f.ever_written {
+                f.ever_written = true;
+                m.unwritten -= 1;
+            }
+            if !m.completed && m.unwritten == 0 && m.plan_done() {
+                m.completed = true;
+                done.push(m.req);
+            }
+        }
+        for req in done {
+            self.events.push_back(Event::SendDone { req, result: Ok(()) });
+        }
+        self.release_acked(peer);
+    }
+
+    /// Drops messages that are completed and fully acknowledged.
+    fn release_acked(&mut self, peer: PeerId) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let done: Vec<u64> = p
+            .out
+            .iter()
+            .filter(|(_, m)| m.completed && m.unacked == 0 && m.plan_done())
+            .map(|(s, _)| *s)
+            .collect();
+        for s in done {
+            p.out.remove(&s);
+        }
+    }
+
+    /// Handles a CTS: the receiver posted a buffer for message `seq`.
+    pub(crate) fn rx_cts(&mut self, peer: PeerId, hdr: &FrameHeader, now: Time) -> Result<(), ProtocolError> {
+        let (rank, chunk, window) = (self.cfg.rank, self.cfg.chunk, self.cfg.rail_window);
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        if hdr.seq >= p.next_seq {
+            return Err(ProtocolError::UnknownMessage { op: hdr.op, seq: hdr.seq });
+        }
+        let Some(m) = p.out.get_mut(&hdr.seq) else { return Ok(()) }; // duplicate
+        if !matches!(m.state, OutState::Rts { .. }) {
+            return Ok(()); // duplicate CTS after an RTS retransmission
+        }
+        if hdr.flags.contains(Flags::DISCARD) {
+            // The receiver's buffer is too small: MPI completes the send.
+            let req = m.req;
+            p.out.remove(&hdr.seq);
+            self.events.push_back(Event::SendDone { req, result: Ok(()) });
+            return Ok(());
+        }
+        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(window, now)).collect();
+        m.state = OutState::Sending;
+        m.tier = self.cfg.policy.tier_of(m.len());
+        let info = MessageInfo { len: m.len(), rank, peer };
+        m.plan = Some(p.scheds[m.tier].start(&info, &views, chunk, now));
+        p.sending.insert(hdr.seq);
+        self.schedule(peer, now);
+        Ok(())
+    }
+
+    /// Handles an ACK payload: marks fragments delivered, feeds the rate
+    /// estimators and takes back returned credits.
+    pub(crate) fn rx_ack(&mut self, peer: PeerId, hdr: &FrameHeader, payload: &[u8], now: Time) -> Result<(), ProtocolError> {
+        let ack = AckRepr::parse(payload, hdr.aux)?;
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        for range in &ack.ranges {
+            if range.seq >= p.next_seq {
+                return Err(ProtocolError::BogusAck { seq: range.seq });
+            }
+            let Some(m) = p.out.get_mut(&range.seq) else { continue };
+            let end = range.offset + range.len as u64;
+            for (&off, f) in m.frags.range_mut(range.offset..end) {
+                if off + f.len as u64 > end || f.state == FragState::Acked {
+                    continue;
+                }
+                let r = &mut p.rails[f.rail];
+                match f.state {
+                    FragState::Written => {
+                        r.inflight = r.inflight.saturating_sub(f.len as u64);
+                        r.written_unacked = r.written_unacked.saturating_sub(f.len as u64);
+                        r.est.on_ack(f.len as u64, &f.stamp, now);
+                    }
+                    FragState::Queued => r.inflight = r.inflight.saturating_sub(f.len as u64),
+                    FragState::Orphaned | FragState::Acked => {}
+                }
+                f.state = FragState::Acked;
+                m.unacked -= 1;
+            }
+        }
+        if let Some(c) = p.credits.as_mut() {
+            *c = c.saturating_add(hdr.total_len).min(p.credit_grant);
+        }
+        p.rts_credits = p.rts_credits.saturating_add(hdr.tag).min(super::RTS_CREDITS);
+        self.release_acked(peer);
+        self.schedule(peer, now);
+        Ok(())
+    }
+
+    /// After `rail` failed: its unacknowledged fragments become orphans
+    /// for the survivors, and RTSs sent on it are sent again.
+    pub(crate) fn requeue_rail(&mut self, peer: PeerId, rail: RailId, now: Time) {
+        let window = self.cfg.rail_window;
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(window, now)).collect();
+        for (&seq, m) in p.out.iter_mut() {
+            for (&off, f) in m.frags.iter_mut() {
+                if f.rail == rail && matches!(f.state, FragState::Queued | FragState::Written) {
+                    f.state = FragState::Orphaned;
+                    p.retx.push_back((seq, off));
+                }
+            }
+            if m.state == (OutState::Rts { rail }) {
+                if let Some(to) = least_loaded(&views) {
+                    m.state = OutState::Rts { rail: to };
+                    p.rails[to].ctrl.push_back(m.rts(true));
+                    self.wakeups.insert((peer, to));
+                }
+            }
+        }
+        // Keep re-sends in message order.
+        p.retx.make_contiguous().sort_unstable();
+    }
+}

@@ -1,0 +1,498 @@
+//! Deterministic scenario tests of the protocol core: simulated rails of
+//! different bandwidth and latency, a virtual clock, no IO.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use multirail_proto::core::{Config, Event, MESSAGE_OVERHEAD, RailCaps, RecvError, SendError};
+use multirail_proto::sched::{PolicyKind, PolicyTable};
+use multirail_proto::sim::{Done, LinkSpec, Sim};
+
+/// Deterministic bytes: a simple generator seeded per message.
+fn pattern(seed: u64, len: usize) -> Bytes {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn cfg(policy: &str) -> Config {
+    Config { policy: policy.parse().unwrap(), heartbeat_interval: Duration::ZERO, ..Config::default() }
+}
+
+fn rails4() -> Vec<LinkSpec> {
+    vec![LinkSpec::gbit(1.0, 50), LinkSpec::gbit(3.0, 5), LinkSpec::gbit(10.0, 200), LinkSpec::gbit(2.0, 20)]
+}
+
+/// Sends `sizes` from 0 to 1 with tags = index, receiver posts in order,
+/// and checks every message arrives whole, in order, exactly once.
+fn send_and_verify(sim: &mut Sim, sizes: &[usize], post_first: bool) {
+    let mut recvs = Vec::new();
+    if post_first {
+        for &s in sizes {
+            recvs.push(sim.irecv(1, Some(0), None, s.max(1)));
+        }
+    }
+    let sends: Vec<_> = sizes.iter().enumerate().map(|(i, &s)| sim.isend(0, 1, i as u64, pattern(i as u64, s))).collect();
+    if !post_first {
+        for &s in sizes {
+            recvs.push(sim.irecv(1, Some(0), None, s.max(1)));
+        }
+    }
+    let all = |sim: &Sim| recvs.iter().all(|r| sim.is_done(1, *r)) && sends.iter().all(|r| sim.is_done(0, *r));
+    assert!(sim.run_until(Duration::from_secs(60), all), "not all messages completed; errors {:?}", sim.errors);
+    for (i, r) in recvs.iter().enumerate() {
+        match sim.take(1, *r) {
+            Some(Done::Recv(Ok(st), buf)) => {
+                assert_eq!(st.tag, i as u64, "message {i} matched out of order");
+                assert_eq!(st.len as usize, sizes[i]);
+                assert_eq!(&buf[..sizes[i]], &pattern(i as u64, sizes[i])[..], "payload of message {i}");
+            }
+            other => panic!("receive {i}: {other:?}"),
+        }
+    }
+    for s in sends {
+        assert!(matches!(sim.take(0, s), Some(Done::Send(Ok(())))));
+    }
+    assert!(sim.errors.is_empty(), "{:?}", sim.errors);
+}
+
+#[test]
+fn ordering_across_rails_every_policy_and_rail_count() {
+    for policy in PolicyKind::ALL {
+        for n in 1..=4 {
+            let mut sim = Sim::new(2, &rails4()[..n], cfg(&format!("*:{policy}")));
+            let mut rng = Rng(42 + n as u64);
+            let sizes: Vec<usize> = (0..60)
+                .map(|_| match rng.below(4) {
+                    0 => rng.below(64) as usize,
+                    1 => rng.below(64 << 10) as usize,
+                    2 => rng.below(1 << 20) as usize,
+                    _ => (1 << 20) + rng.below(3 << 20) as usize,
+                })
+                .collect();
+            send_and_verify(&mut sim, &sizes, n % 2 == 0);
+        }
+    }
+}
+
+#[test]
+fn reassembly_by_offset_when_fragments_arrive_out_of_order() {
+    // Rail 2 is fast but far: its fragments arrive after later fragments
+    // from the other rails.
+    let mut c = cfg("*:stripe");
+    c.chunk = 16 << 10;
+    let mut sim = Sim::new(2, &rails4(), c);
+    send_and_verify(&mut sim, &[3 << 20, 1, 0, 777_777], true);
+    let st = sim.nodes[1].rail_stats(0, sim.now);
+    assert!(st.iter().all(|r| r.rx_bytes > 0), "every rail carried data: {st:?}");
+}
+
+#[test]
+fn many_messages_in_flight_any_source_any_tag() {
+    let mut sim = Sim::new(3, &rails4()[..2], cfg("16K:single,*:adaptive"));
+    let mut recvs = Vec::new();
+    for _ in 0..200 {
+        recvs.push(sim.irecv(2, None, None, 100_000));
+    }
+    let mut sends = Vec::new();
+    for i in 0..100u64 {
+        sends.push(sim.isend(0, 2, i, pattern(i, (i as usize * 997) % 100_000)));
+        sends.push(sim.isend(1, 2, 1000 + i, pattern(1000 + i, (i as usize * 7919) % 100_000)));
+    }
+    assert!(sim.run_until(Duration::from_secs(30), |s| recvs.iter().all(|r| s.is_done(2, *r))));
+    let (mut next0, mut next1) = (0, 1000);
+    for r in recvs {
+        let Some(Done::Recv(Ok(st), buf)) = sim.take(2, r) else { panic!() };
+        // Per source, tags come in send order.
+        match st.peer {
+            0 => {
+                assert_eq!(st.tag, next0);
+                next0 += 1;
+            }
+            1 => {
+                assert_eq!(st.tag, next1);
+                next1 += 1;
+            }
+            _ => panic!(),
+        }
+        assert_eq!(&buf[..st.len as usize], &pattern(st.tag, st.len as usize)[..]);
+    }
+}
+
+fn bytes_per_rail(sim: &Sim) -> Vec<u64> {
+    sim.nodes[0].rail_stats(1, sim.now).iter().map(|r| r.tx_bytes).collect()
+}
+
+#[test]
+fn weighted_shares_follow_bandwidth() {
+    let links = [LinkSpec::gbit(1.0, 10), LinkSpec::gbit(3.0, 10)];
+    let mut sim = Sim::new(2, &links, cfg("*:weighted"));
+    sim.set_caps(0, 1, 0, RailCaps { bandwidth: 125_000_000, latency: Duration::ZERO });
+    sim.set_caps(0, 1, 1, RailCaps { bandwidth: 375_000_000, latency: Duration::ZERO });
+    send_and_verify(&mut sim, &[8 << 20], true);
+    assert_eq!(bytes_per_rail(&sim), vec![2 << 20, 6 << 20]);
+}
+
+#[test]
+fn stripe_splits_equally_and_round_robin_alternates() {
+    let links = [LinkSpec::gbit(1.0, 10), LinkSpec::gbit(3.0, 10)];
+    let mut sim = Sim::new(2, &links, cfg("*:stripe"));
+    send_and_verify(&mut sim, &[4 << 20], true);
+    assert_eq!(bytes_per_rail(&sim), vec![2 << 20, 2 << 20]);
+
+    let mut sim = Sim::new(2, &links, cfg("*:round-robin"));
+    send_and_verify(&mut sim, &[1000, 1000, 1000, 1000], true);
+    assert_eq!(bytes_per_rail(&sim), vec![2000, 2000]);
+}
+
+/// Virtual time to deliver one message of `len` bytes, with the receive
+/// posted first.
+fn transfer_time(sim: &mut Sim, len: usize, tag: u64) -> Duration {
+    let r = sim.irecv(1, Some(0), Some(tag), len);
+    let t0 = sim.now;
+    sim.isend(0, 1, tag, pattern(tag, len));
+    assert!(sim.run_until(Duration::from_secs(10), |s| s.is_done(1, r)));
+    sim.take(1, r);
+    sim.now - t0
+}
+
+#[test]
+fn adaptive_converges_on_unequal_rails() {
+    // 1 Gbit/s + 3 Gbit/s = 500 MB/s together; nothing tells the
+    // scheduler the speeds.
+    let links = [LinkSpec::gbit(1.0, 20), LinkSpec::gbit(3.0, 20)];
+    let mut sim = Sim::new(2, &links, cfg("*:adaptive"));
+    let len = 4 << 20;
+    for i in 0..5 {
+        transfer_time(&mut sim, len, i); // warm-up: the rates get measured
+    }
+    let before = bytes_per_rail(&sim);
+    let t = transfer_time(&mut sim, len, 99);
+    let after = bytes_per_rail(&sim);
+    let ideal = len as f64 / 500e6;
+    let eff = ideal / t.as_secs_f64();
+    assert!(eff > 0.9, "4 MiB took {t:?}, {:.0}% of the ideal {ideal:.4}s", eff * 100.0);
+    let slow = (after[0] - before[0]) as f64 / len as f64;
+    assert!((0.18..0.32).contains(&slow), "slow rail carried {:.0}% (ideal 25%)", slow * 100.0);
+    // Equal striping would be bounded by the slow rail: 2 MiB at 125 MB/s.
+    let mut stripe = Sim::new(2, &links, cfg("*:stripe"));
+    let ts = transfer_time(&mut stripe, len, 1);
+    assert!(ts > t.mul_f64(1.3), "stripe {ts:?} vs adaptive {t:?}");
+}
+
+#[test]
+fn small_messages_keep_single_rail_latency() {
+    let links = [LinkSpec::gbit(10.0, 10), LinkSpec::gbit(10.0, 10)];
+    let mut one = Sim::new(2, &links[..1], cfg("*:single"));
+    let mut two = Sim::new(2, &links, cfg("16K:single,*:adaptive"));
+    let a = transfer_time(&mut one, 8, 1);
+    let b = transfer_time(&mut two, 8, 1);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn rendezvous_waits_for_the_receive() {
+    let mut sim = Sim::new(2, &rails4()[..2], cfg("*:stripe"));
+    let s = sim.isend(0, 1, 5, pattern(5, 1 << 20));
+    sim.run_for(Duration::from_millis(50));
+    assert_eq!(bytes_per_rail(&sim).iter().sum::<u64>(), 0, "no data before the receive is posted");
+    assert!(!sim.is_done(0, s));
+    let r = sim.irecv(1, None, Some(5), 1 << 20);
+    assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)));
+    let Some(Done::Recv(Ok(st), buf)) = sim.take(1, r) else { panic!() };
+    assert_eq!(st.len, 1 << 20);
+    assert_eq!(&buf[..], &pattern(5, 1 << 20)[..]);
+    assert_eq!(bytes_per_rail(&sim).iter().sum::<u64>(), 1 << 20, "each byte sent once");
+}
+
+#[test]
+fn unexpected_messages_are_bounded_and_the_sender_waits() {
+    let mut c = cfg("*:single");
+    c.unexpected_limit = 64 << 10;
+    c.eager_limit = 16 << 10;
+    let mut sim = Sim::new(2, &rails4()[..2], c);
+    // 100 eager messages of 10 KB = 1 MB, far more than the 64 KiB limit.
+    let sends: Vec<_> = (0..100).map(|i| sim.isend(0, 1, i, pattern(i, 10_000))).collect();
+    let mut peak = 0;
+    sim.run_until(Duration::from_millis(200), |s| {
+        peak = peak.max(s.nodes[1].unexpected_bytes(0));
+        false
+    });
+    assert!(peak <= 64 << 10, "unexpected buffer reached {peak}");
+    assert!(peak > 32 << 10, "the credit was used ({peak})");
+    assert!(!sends.iter().all(|s| sim.is_done(0, *s)), "the flood waits");
+    let recvs: Vec<_> = (0..100).map(|i| sim.irecv(1, Some(0), Some(i), 10_000)).collect();
+    assert!(sim.run_until(Duration::from_secs(5), |s| recvs.iter().all(|r| s.is_done(1, *r))));
+    for (i, r) in recvs.into_iter().enumerate() {
+        let Some(Done::Recv(Ok(_), buf)) = sim.take(1, r) else { panic!() };
+        assert_eq!(&buf[..], &pattern(i as u64, 10_000)[..]);
+    }
+    assert!(sim.run_until(Duration::from_secs(1), |s| sends.iter().all(|r| s.is_done(0, *r))));
+}
+
+#[test]
+fn an_unposted_tag_does_not_deadlock_behind_a_flood() {
+    // Credits run out on tag 1 messages nobody receives yet; a message
+    // with tag 2 must still get through (it goes rendezvous).
+    let mut c = cfg("*:single");
+    c.unexpected_limit = 32 << 10;
+    let mut sim = Sim::new(2, &rails4()[..1], c);
+    for i in 0..20 {
+        sim.isend(0, 1, 1, pattern(i, 4000));
+    }
+    sim.isend(0, 1, 2, pattern(99, 100));
+    let r = sim.irecv(1, Some(0), Some(2), 100);
+    assert!(sim.run_until(Duration::from_secs(1), |s| s.is_done(1, r)));
+}
+
+#[test]
+fn truncation_is_an_error_on_that_receive_only() {
+    let mut sim = Sim::new(2, &rails4()[..2], cfg("16K:single,*:adaptive"));
+    let r1 = sim.irecv(1, Some(0), None, 10); // eager too big
+    let r2 = sim.irecv(1, Some(0), None, 1000); // rendezvous too big
+    let r3 = sim.irecv(1, Some(0), None, 200_000);
+    let s1 = sim.isend(0, 1, 1, pattern(1, 100));
+    let s2 = sim.isend(0, 1, 2, pattern(2, 150_000));
+    let s3 = sim.isend(0, 1, 3, pattern(3, 150_000));
+    assert!(sim.run_until(Duration::from_secs(5), |s| [r1, r2, r3].iter().all(|r| s.is_done(1, *r))
+        && [s1, s2, s3].iter().all(|r| s.is_done(0, *r))));
+    assert!(matches!(sim.take(1, r1), Some(Done::Recv(Err(RecvError::Truncated { buf_len: 10, .. }), _))));
+    assert!(matches!(sim.take(1, r2), Some(Done::Recv(Err(RecvError::Truncated { buf_len: 1000, .. }), _))));
+    let Some(Done::Recv(Ok(st), buf)) = sim.take(1, r3) else { panic!() };
+    assert_eq!(st.tag, 3);
+    assert_eq!(&buf[..150_000], &pattern(3, 150_000)[..]);
+    // The discarded rendezvous data never crossed the wire.
+    assert!(bytes_per_rail(&sim).iter().sum::<u64>() < 100 + 2 * 150_000);
+    assert!(sim.errors.is_empty());
+}
+
+#[test]
+fn zero_byte_messages() {
+    for policy in ["*:single", "*:stripe", "*:adaptive"] {
+        let mut sim = Sim::new(2, &rails4()[..3], cfg(policy));
+        send_and_verify(&mut sim, &[0, 0, 5, 0], false);
+    }
+    // A zero-byte message sent as rendezvous (no credits) too.
+    let mut c = cfg("*:single");
+    c.unexpected_limit = MESSAGE_OVERHEAD;
+    let mut sim = Sim::new(2, &rails4()[..1], c);
+    send_and_verify(&mut sim, &[0, 0, 0], false);
+}
+
+#[test]
+fn checksums_are_carried_and_checked() {
+    let mut c = cfg("*:stripe");
+    c.checksum = true;
+    let mut sim = Sim::new(2, &rails4()[..2], c);
+    send_and_verify(&mut sim, &[100, 1 << 20], true);
+}
+
+#[test]
+fn policy_table_picks_by_size() {
+    let links = [LinkSpec::gbit(1.0, 10), LinkSpec::gbit(1.0, 10)];
+    let mut sim = Sim::new(2, &links, cfg("1K:single,*:stripe"));
+    send_and_verify(&mut sim, &[1024], true);
+    let b = bytes_per_rail(&sim);
+    assert!(b[0] == 0 || b[1] == 0, "1 KiB went on one rail: {b:?}");
+    send_and_verify(&mut sim, &[1025], true);
+    let b = bytes_per_rail(&sim);
+    assert!(b[0] > 0 && b[1] > 0, "1025 bytes striped: {b:?}");
+    assert_eq!("1K:single,*:stripe".parse::<PolicyTable>().unwrap().lookup(1025), PolicyKind::Stripe);
+}
+
+// ---------- rail failures ----------
+
+fn big_sizes() -> Vec<usize> {
+    vec![3 << 20, 100, 2 << 20, 70_000, 5 << 20, 1]
+}
+
+/// Runs `sizes` from 0 to 1 and applies `fault` once `when(sim)` holds.
+fn with_fault(policy: &str, sizes: &[usize], when: impl Fn(&Sim) -> bool, fault: impl FnOnce(&mut Sim)) -> Sim {
+    let mut sim = Sim::new(2, &rails4()[..3], cfg(policy));
+    let recvs: Vec<_> = sizes.iter().map(|&s| sim.irecv(1, Some(0), None, s)).collect();
+    let sends: Vec<_> = sizes.iter().enumerate().map(|(i, &s)| sim.isend(0, 1, i as u64, pattern(i as u64, s))).collect();
+    assert!(sim.run_until(Duration::from_secs(10), |s| when(s)), "fault condition never held");
+    fault(&mut sim);
+    let all = |s: &Sim| recvs.iter().all(|r| s.is_done(1, *r)) && sends.iter().all(|r| s.is_done(0, *r));
+    assert!(sim.run_until(Duration::from_secs(30), all), "stalled after the fault");
+    for (i, r) in recvs.iter().enumerate() {
+        let Some(Done::Recv(Ok(st), buf)) = sim.take(1, *r) else { panic!("receive {i} failed") };
+        assert_eq!(st.tag, i as u64);
+        assert_eq!(&buf[..sizes[i]], &pattern(i as u64, sizes[i])[..], "message {i}");
+    }
+    // Everything sent is eventually acknowledged and released.
+    assert!(sim.run_until(Duration::from_secs(1), |s| s.nodes[0].unacked_messages() == 0));
+    sim
+}
+
+fn tx(sim: &Sim) -> u64 {
+    bytes_per_rail(sim).iter().sum()
+}
+
+#[test]
+fn rail_dies_before_anything_is_sent() {
+    let mut sim = Sim::new(2, &rails4()[..3], cfg("*:adaptive"));
+    sim.kill(0, 1, 1, "link down");
+    send_and_verify(&mut sim, &big_sizes(), true);
+    assert_eq!(bytes_per_rail(&sim)[1], 0);
+}
+
+#[test]
+fn rail_dies_after_rts_before_cts() {
+    // The receive is posted late, so the RTS sits at the receiver; the rail
+    // that carried it dies; the CTS must still arrive.
+    let mut sim = Sim::new(2, &rails4()[..2], cfg("*:single"));
+    let s = sim.isend(0, 1, 7, pattern(7, 1 << 20));
+    sim.run_for(Duration::from_millis(5));
+    let single_rail = 1; // rank 0 + peer 1 picks rail 1
+    sim.kill(0, 1, single_rail, "cable pulled");
+    let r = sim.irecv(1, Some(0), Some(7), 1 << 20);
+    assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)));
+    let Some(Done::Recv(Ok(_), buf)) = sim.take(1, r) else { panic!() };
+    assert_eq!(&buf[..], &pattern(7, 1 << 20)[..]);
+}
+
+#[test]
+fn rail_dies_with_rts_in_flight() {
+    // Kill the RTS's rail while the RTS is on the wire: it is re-sent.
+    let with_rts_on_wire = |s: &Sim| s.now > multirail_proto::Time::ZERO;
+    with_fault("*:single", &[1 << 20], with_rts_on_wire, |s| s.kill(0, 1, 1, "down"));
+}
+
+#[test]
+fn rail_dies_mid_data() {
+    for policy in ["*:stripe", "*:adaptive", "*:weighted", "*:round-robin"] {
+        let sim = with_fault(policy, &big_sizes(), |s| tx(s) > 2 << 20, |s| s.kill(0, 1, 0, "link down"));
+        let st = sim.nodes[0].rail_stats(1, sim.now);
+        assert!(st[0].downs == 1 && !st[0].up);
+        assert!(st.iter().map(|r| r.retransmits).sum::<u64>() > 0 || policy.contains("round"), "{policy}: {st:?}");
+    }
+}
+
+#[test]
+fn rail_dies_with_acks_in_flight_and_duplicates_are_dropped() {
+    // Kill right after data was received but before all ACKs returned:
+    // fragments are re-sent, the receiver sees duplicates and drops them.
+    let sim = with_fault(
+        "*:stripe",
+        &[4 << 20],
+        |s| s.nodes[1].rail_stats(0, s.now).iter().map(|r| r.rx_bytes).sum::<u64>() >= 4 << 20,
+        |s| s.kill(0, 1, 2, "down"),
+    );
+    let rx: u64 = sim.nodes[1].rail_stats(0, sim.now).iter().map(|r| r.rx_bytes).sum();
+    assert!(rx >= 4 << 20);
+}
+
+#[test]
+fn rail_comes_back_and_rejoins_the_schedule() {
+    let mut sim = Sim::new(2, &rails4()[..2], cfg("*:stripe"));
+    sim.kill(0, 1, 0, "down");
+    send_and_verify(&mut sim, &[1 << 20], true);
+    let before = bytes_per_rail(&sim)[0];
+    assert_eq!(before, 0);
+    sim.revive(0, 1, 0);
+    send_and_verify(&mut sim, &[1 << 20], true);
+    assert_eq!(bytes_per_rail(&sim)[0], 1 << 19, "rail 0 carries its half again");
+}
+
+#[test]
+fn two_rails_die_one_after_the_other() {
+    let sim = with_fault(
+        "*:adaptive",
+        &big_sizes(),
+        |s| tx(s) > 1 << 20,
+        |s| {
+            s.kill(0, 1, 0, "first");
+            s.run_until(Duration::from_secs(1), |x| tx(x) > 4 << 20);
+            s.kill(0, 1, 2, "second");
+        },
+    );
+    let up: Vec<bool> = sim.nodes[0].rail_stats(1, sim.now).iter().map(|r| r.up).collect();
+    assert_eq!(up, vec![false, true, false]);
+}
+
+#[test]
+fn last_rail_dies_and_pending_operations_fail_naming_each_rail() {
+    let mut sim = Sim::new(3, &rails4()[..2], cfg("*:adaptive"));
+    let s = sim.isend(0, 1, 1, pattern(1, 8 << 20));
+    let r = sim.irecv(1, Some(0), Some(1), 8 << 20);
+    let r_any = sim.irecv(1, None, Some(9), 10);
+    sim.run_until(Duration::from_secs(1), |x| tx(x) > 1 << 20);
+    sim.kill(0, 1, 0, "cable pulled");
+    sim.kill(0, 1, 1, "switch port error");
+    sim.run_for(Duration::from_millis(1));
+    match sim.take(0, s) {
+        Some(Done::Send(Err(SendError::PeerFailed(f)))) => {
+            assert_eq!(f.peer, 1);
+            assert_eq!(f.rails, vec![(0, "cable pulled".to_string()), (1, "switch port error".to_string())]);
+            let msg = SendError::PeerFailed(f).to_string();
+            assert!(msg.contains("rail 0: cable pulled") && msg.contains("rail 1: switch port error"), "{msg}");
+        }
+        other => panic!("send: {other:?}"),
+    }
+    assert!(matches!(sim.take(1, r), Some(Done::Recv(Err(RecvError::PeerFailed(_)), _))));
+    assert!(!sim.is_done(1, r_any), "an any-source receive stays posted");
+    assert!(sim.log.iter().any(|(n, e)| *n == 0 && matches!(e, Event::PeerFailed { .. })));
+    // Other peers are untouched.
+    let r2 = sim.irecv(1, Some(2), None, 100);
+    sim.isend(2, 1, 3, pattern(3, 100));
+    assert!(sim.run_until(Duration::from_secs(1), |x| x.is_done(1, r2)));
+    // New operations on the failed peer fail at once.
+    let s2 = sim.isend(0, 1, 1, pattern(1, 10));
+    assert!(matches!(sim.take(0, s2), Some(Done::Send(Err(_)))));
+}
+
+#[test]
+fn heartbeat_timeout_declares_a_silent_rail_dead_but_not_a_busy_one() {
+    let mut c = cfg("*:stripe");
+    c.heartbeat_interval = Duration::from_millis(10);
+    c.heartbeat_timeout = Duration::from_millis(50);
+    // A slow rail (10 Mbit/s) stays busy with a large message for far
+    // longer than the timeout: frames keep arriving, so it stays up.
+    let links = [LinkSpec::gbit(0.01, 10), LinkSpec::gbit(1.0, 10)];
+    let mut sim = Sim::new(2, &links, c);
+    send_and_verify(&mut sim, &[1 << 20], true);
+    assert!(sim.log.is_empty(), "no rail declared dead: {:?}", sim.log);
+    // Idle for a while: heartbeats keep both rails alive.
+    sim.run_for(Duration::from_millis(500));
+    assert!(sim.log.is_empty(), "{:?}", sim.log);
+}
+
+#[test]
+fn a_silently_dead_rail_is_found_by_heartbeats_and_nothing_is_lost() {
+    let mut c = cfg("*:stripe");
+    c.heartbeat_interval = Duration::from_millis(10);
+    c.heartbeat_timeout = Duration::from_millis(50);
+    let mut sim = Sim::new(2, &rails4()[..2], c);
+    let r = sim.irecv(1, Some(0), None, 8 << 20);
+    let s = sim.isend(0, 1, 1, pattern(1, 8 << 20));
+    sim.run_until(Duration::from_secs(1), |x| tx(x) > 1 << 20);
+    sim.blackhole(0, 1, 0);
+    let t0 = sim.now;
+    assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)));
+    let Some(Done::Recv(Ok(_), buf)) = sim.take(1, r) else { panic!() };
+    assert_eq!(&buf[..], &pattern(1, 8 << 20)[..]);
+    let downs: Vec<_> = sim.log.iter().filter(|(_, e)| matches!(e, Event::RailDown { rail: 0, .. })).collect();
+    assert!(!downs.is_empty(), "rail 0 declared down");
+    assert!(sim.now - t0 < Duration::from_millis(200), "recovered in {:?}", sim.now - t0);
+}
