@@ -38,6 +38,9 @@ struct Link {
     up: bool,
     /// Frames are silently lost (a dead cable nobody noticed yet).
     black: bool,
+    /// Drop every n-th data frame (0 = none).
+    drop_every: u64,
+    sent: u64,
     epoch: u64,
 }
 
@@ -107,7 +110,7 @@ impl Sim {
                 }
                 nodes[a as usize].add_peer(b, rails.len());
                 for (r, spec) in rails.iter().enumerate() {
-                    links.insert((a, b, r), Link { spec: *spec, free_at: Time::ZERO, up: true, black: false, epoch: 0 });
+                    links.insert((a, b, r), Link { spec: *spec, free_at: Time::ZERO, up: true, black: false, drop_every: 0, sent: 0, epoch: 0 });
                 }
             }
         }
@@ -195,6 +198,14 @@ impl Sim {
         }
     }
 
+    /// Makes rail `r` from `a` to `b` lose every `n`-th data frame while
+    /// staying up (a misbehaving rail).
+    pub fn lossy(&mut self, a: PeerId, b: PeerId, r: RailId, n: u64) {
+        if let Some(l) = self.links.get_mut(&(a, b, r)) {
+            l.drop_every = n;
+        }
+    }
+
     /// Brings rail `r` between `a` and `b` back (a fresh connection).
     pub fn revive(&mut self, a: PeerId, b: PeerId, r: RailId) {
         for (x, y) in [(a, b), (b, a)] {
@@ -249,6 +260,13 @@ impl Sim {
                     break;
                 }
                 let Some(t) = core.poll_transmit(to, rail, now) else { break };
+                core.on_sent(to, rail, 1, now);
+                if t.header.op.carries_data() && link.drop_every > 0 {
+                    link.sent += 1;
+                    if link.sent % link.drop_every == 0 {
+                        continue;
+                    }
+                }
                 let size = (FrameHeader::LEN + t.payload.len()) as f64;
                 let start = link.free_at.max(now);
                 link.free_at = start + Duration::from_secs_f64(size / link.spec.bandwidth);
@@ -263,7 +281,6 @@ impl Sim {
                     header: t.header,
                     payload: t.payload,
                 }));
-                core.on_sent(to, rail, 1, now);
             }
         }
         for n in self.nodes.iter_mut() {

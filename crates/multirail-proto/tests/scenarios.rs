@@ -496,3 +496,19 @@ fn a_silently_dead_rail_is_found_by_heartbeats_and_nothing_is_lost() {
     assert!(!downs.is_empty(), "rail 0 declared down");
     assert!(sim.now - t0 < Duration::from_millis(200), "recovered in {:?}", sim.now - t0);
 }
+
+#[test]
+fn frames_lost_by_a_rail_that_stays_up_are_resent() {
+    for policy in ["*:stripe", "*:adaptive"] {
+        let mut sim = Sim::new(2, &rails4()[..2], cfg(policy));
+        sim.lossy(0, 1, 0, 7);
+        // Ends with a small message: its loss is a tail loss that no later
+        // acknowledgement reveals, so only the retransmission timer can.
+        let mut sizes: Vec<usize> = (0..30).map(|i| 1000 + i * 50_000).collect();
+        sizes.extend([10; 7]);
+        send_and_verify(&mut sim, &sizes, true);
+        assert!(sim.run_until(Duration::from_secs(1), |s| s.nodes[0].unacked_messages() == 0));
+        let st = sim.nodes[0].rail_stats(1, sim.now);
+        assert!(st[0].lost > 0, "{policy}: losses detected {st:?}");
+    }
+}

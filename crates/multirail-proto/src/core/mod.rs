@@ -443,6 +443,7 @@ impl Core {
         r.inflight = 0;
         r.written_unacked = 0;
         r.handed.clear();
+        r.written_log.clear();
         r.ctrl.clear();
         r.data.clear();
         r.acks.clear();
@@ -471,6 +472,7 @@ impl Core {
         r.ctrl.clear();
         r.data.clear();
         r.handed.clear();
+        r.written_log.clear();
         r.inflight = 0;
         r.written_unacked = 0;
         // Ranges received but not yet acknowledged on this rail: the
@@ -624,6 +626,13 @@ impl Core {
             if let Some(d) = p.ack_due {
                 at(d);
             }
+            for i in 0..p.rails.len() {
+                if p.rails[i].up {
+                    if let Some(d) = Self::rto_deadline(p, i) {
+                        at(d);
+                    }
+                }
+            }
             if self.cfg.heartbeat_interval.is_zero() || p.failed.is_some() {
                 continue;
             }
@@ -644,6 +653,7 @@ impl Core {
             if self.peers[&id].ack_due.is_some_and(|d| d <= now) {
                 self.flush_acks(id, now, true);
             }
+            self.expire_rto(id, now);
             if self.cfg.heartbeat_interval.is_zero() {
                 continue;
             }

@@ -140,8 +140,11 @@ pub struct RailStats {
     /// Payload bytes of EAGER/DATA frames received.
     pub rx_bytes: u64,
     pub rx_frames: u64,
-    /// Fragments re-sent on this rail after another rail failed.
+    /// Fragments re-sent on this rail after another rail failed or a
+    /// fragment was lost.
     pub retransmits: u64,
+    /// Fragments written on this rail that never arrived.
+    pub lost: u64,
     /// Times this rail went down.
     pub downs: u64,
     /// Current throughput estimate, bytes/s.
@@ -155,6 +158,11 @@ pub(crate) struct RailState {
     pub ctrl: VecDeque<Transmit>,
     pub data: VecDeque<FragRef>,
     pub handed: VecDeque<Handed>,
+    /// Data fragments written on this rail and not yet known delivered, in
+    /// write order. The peer acknowledges in arrival order, which on an
+    /// ordered rail is write order: an unacknowledged entry older than an
+    /// acknowledged one was lost.
+    pub written_log: VecDeque<FragRef>,
     /// Bytes assigned to this rail and not yet acknowledged.
     pub inflight: u64,
     /// Bytes written to the driver and not yet acknowledged.
@@ -178,6 +186,7 @@ impl RailState {
             ctrl: VecDeque::new(),
             data: VecDeque::new(),
             handed: VecDeque::new(),
+            written_log: VecDeque::new(),
             inflight: 0,
             written_unacked: 0,
             est: RateEstimator::new(),

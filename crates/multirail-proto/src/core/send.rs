@@ -239,6 +239,7 @@ impl Core {
             }
             f.state = FragState::Written;
             f.stamp = r.est.on_send(now, r.written_unacked == 0);
+            r.written_log.push_back(FragRef { seq, offset });
             r.written_unacked += f.len as u64;
             if !f.ever_written {
                 f.ever_written = true;
@@ -302,6 +303,7 @@ impl Core {
     pub(crate) fn rx_ack(&mut self, peer: PeerId, hdr: &FrameHeader, payload: &[u8], now: Time) -> Result<(), ProtocolError> {
         let ack = AckRepr::parse(payload, hdr.aux)?;
         let p = self.peers.get_mut(&peer).expect("caller checked");
+        let mut touched = Vec::new();
         for range in &ack.ranges {
             if range.seq >= p.next_seq {
                 return Err(ProtocolError::BogusAck { seq: range.seq });
@@ -322,9 +324,15 @@ impl Core {
                     FragState::Queued => r.inflight = r.inflight.saturating_sub(f.len as u64),
                     FragState::Orphaned | FragState::Acked => {}
                 }
+                if !touched.contains(&f.rail) {
+                    touched.push(f.rail);
+                }
                 f.state = FragState::Acked;
                 m.unacked -= 1;
             }
+        }
+        for rail in touched {
+            detect_losses(p, rail);
         }
         if let Some(c) = p.credits.as_mut() {
             *c = c.saturating_add(hdr.total_len).min(p.credit_grant);
@@ -358,5 +366,79 @@ impl Core {
         }
         // Keep re-sends in message order.
         p.retx.make_contiguous().sort_unstable();
+    }
+}
+
+/// Fragments written on `rail` before the newest acknowledged one, and
+/// still unacknowledged, were lost (the rail dropped them): re-send them.
+fn detect_losses(p: &mut super::Peer, rail: RailId) {
+    let state = |out: &BTreeMap<u64, OutMsg>, f: &FragRef| -> Option<FragState> {
+        out.get(&f.seq).and_then(|m| m.frags.get(&f.offset)).filter(|fr| fr.rail == rail).map(|fr| fr.state)
+    };
+    let log = &p.rails[rail].written_log;
+    let Some(last) = log.iter().rposition(|f| matches!(state(&p.out, f), Some(FragState::Acked) | None)) else {
+        return;
+    };
+    let older: Vec<FragRef> = p.rails[rail].written_log.drain(..=last).collect();
+    for f in older {
+        if state(&p.out, &f) != Some(FragState::Written) {
+            continue;
+        }
+        let fr = p.out.get_mut(&f.seq).and_then(|m| m.frags.get_mut(&f.offset)).expect("state was found");
+        fr.state = FragState::Orphaned;
+        let r = &mut p.rails[rail];
+        r.inflight = r.inflight.saturating_sub(fr.len as u64);
+        r.written_unacked = r.written_unacked.saturating_sub(fr.len as u64);
+        r.stats.lost += 1;
+        p.retx.push_back((f.seq, f.offset));
+    }
+}
+
+/// Shortest time a written fragment may go unacknowledged before it is
+/// presumed lost (when no later fragment's acknowledgement proves it).
+pub const RTO_MIN: std::time::Duration = std::time::Duration::from_millis(300);
+
+impl Core {
+    /// When the oldest unacknowledged fragment on `rail` is presumed lost.
+    pub(crate) fn rto_deadline(p: &super::Peer, rail: RailId) -> Option<Time> {
+        let r = &p.rails[rail];
+        let fr = r.written_log.iter().find_map(|f| {
+            p.out.get(&f.seq).and_then(|m| m.frags.get(&f.offset)).filter(|fr| fr.state == FragState::Written && fr.rail == rail)
+        })?;
+        // Recent samples only matter relative to each other here: take the
+        // best rate seen in the estimator's window.
+        let rate = r.est.rate(fr.stamp.sent_time).max(1e6);
+        let drain = std::time::Duration::from_secs_f64(r.written_unacked as f64 / rate);
+        let lat = r.est.latency().unwrap_or_default();
+        Some(fr.stamp.sent_time + RTO_MIN.max((drain + lat * 2) * 3))
+    }
+
+    /// Presumes lost the oldest fragment of each rail whose retransmission
+    /// timer expired (one at a time: the re-send's ACK tells about the rest).
+    pub(crate) fn expire_rto(&mut self, peer: PeerId, now: Time) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let mut any = false;
+        for rail in 0..p.rails.len() {
+            if !p.rails[rail].up || Self::rto_deadline(p, rail).is_none_or(|d| d > now) {
+                continue;
+            }
+            while let Some(f) = p.rails[rail].written_log.pop_front() {
+                let Some(fr) = p.out.get_mut(&f.seq).and_then(|m| m.frags.get_mut(&f.offset)) else { continue };
+                if fr.state != FragState::Written || fr.rail != rail {
+                    continue;
+                }
+                fr.state = FragState::Orphaned;
+                let r = &mut p.rails[rail];
+                r.inflight = r.inflight.saturating_sub(fr.len as u64);
+                r.written_unacked = r.written_unacked.saturating_sub(fr.len as u64);
+                r.stats.lost += 1;
+                p.retx.push_back((f.seq, f.offset));
+                any = true;
+                break;
+            }
+        }
+        if any {
+            self.schedule(peer, now);
+        }
     }
 }

@@ -1,0 +1,158 @@
+//! Rail specifications as users write them: `tcp:127.0.0.2`, `tcp:eth1`,
+//! `tcp:10.10.0.1@2gbit` (an optional bandwidth hint for the `weighted`
+//! policy), in comma-separated lists.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+/// The local end of a rail.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Local {
+    Addr(IpAddr),
+    Iface(String),
+}
+
+/// One rail as configured.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RailSpec {
+    pub local: Local,
+    /// Bandwidth hint in bytes/s.
+    pub bandwidth: Option<u64>,
+}
+
+/// A rail spec resolved to an address on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub ip: IpAddr,
+    pub iface: Option<String>,
+}
+
+impl RailSpec {
+    /// Finds the local address (an interface's first IPv4 address).
+    pub fn resolve(&self) -> Result<Resolved, String> {
+        match &self.local {
+            Local::Addr(ip) => Ok(Resolved { ip: *ip, iface: None }),
+            Local::Iface(name) => {
+                let addrs = if_addrs::get_if_addrs().map_err(|e| format!("cannot list interfaces: {e}"))?;
+                let mut found: Vec<IpAddr> =
+                    addrs.iter().filter(|a| &a.name == name).map(|a| a.ip()).collect();
+                found.sort_by_key(|ip| !ip.is_ipv4());
+                match found.first() {
+                    Some(ip) => Ok(Resolved { ip: *ip, iface: Some(name.clone()) }),
+                    None if addrs.iter().any(|a| &a.name == name) => Err(format!("interface {name} has no address")),
+                    None => Err(format!(
+                        "no interface named '{name}' (see `multirail info` for the usable ones)"
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Parses a comma-separated list.
+    pub fn parse_list(s: &str) -> Result<Vec<RailSpec>, String> {
+        let v: Vec<RailSpec> = s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::parse).collect::<Result<_, _>>()?;
+        if v.is_empty() {
+            return Err("empty rail list (example: tcp:127.0.0.1,tcp:127.0.0.2)".into());
+        }
+        if v.len() > u16::MAX as usize {
+            return Err("too many rails".into());
+        }
+        Ok(v)
+    }
+}
+
+/// Parses `2gbit`, `500mbit`, `100kbit`, `1000bit` (bits/s) into bytes/s.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("'{s}' is not a rate (example: 2gbit)"))?;
+    let mult = match unit {
+        "bit" | "bps" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        "tbit" => 1e12,
+        _ => return Err(format!("'{s}': unknown rate unit (use kbit, mbit or gbit)")),
+    };
+    let bytes = n * mult / 8.0;
+    if !(bytes.is_finite() && bytes >= 1.0) {
+        return Err(format!("'{s}': rate out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+impl FromStr for RailSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let rest = t.strip_prefix("tcp:").ok_or_else(|| {
+            format!("rail '{t}': expected tcp:ADDRESS or tcp:INTERFACE (e.g. tcp:127.0.0.2, tcp:eth1)")
+        })?;
+        let (target, bw) = match rest.split_once('@') {
+            Some((a, b)) => (a, Some(parse_rate(b)?)),
+            None => (rest, None),
+        };
+        if target.is_empty() {
+            return Err(format!("rail '{t}': missing address or interface"));
+        }
+        let local = match target.parse::<IpAddr>() {
+            Ok(ip) => Local::Addr(ip),
+            Err(_) if target.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)) && target.len() < 16 => {
+                Local::Iface(target.to_string())
+            }
+            Err(_) => return Err(format!("rail '{t}': '{target}' is neither an IP address nor an interface name")),
+        };
+        Ok(RailSpec { local, bandwidth: bw })
+    }
+}
+
+impl fmt::Display for RailSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.local {
+            Local::Addr(ip) => write!(f, "tcp:{ip}")?,
+            Local::Iface(n) => write!(f, "tcp:{n}")?,
+        }
+        if let Some(b) = self.bandwidth {
+            write!(f, "@{}mbit", b * 8 / 1_000_000)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_specs() {
+        let v = RailSpec::parse_list("tcp:127.0.0.1, tcp:eth1,tcp:10.10.0.1@2gbit").unwrap();
+        assert_eq!(v[0].local, Local::Addr("127.0.0.1".parse().unwrap()));
+        assert_eq!(v[1].local, Local::Iface("eth1".into()));
+        assert_eq!(v[2].bandwidth, Some(250_000_000));
+        assert_eq!(v[2].to_string(), "tcp:10.10.0.1@2000mbit");
+        assert!(RailSpec::parse_list("").is_err());
+        assert!("udp:1.2.3.4".parse::<RailSpec>().unwrap_err().contains("expected tcp:"));
+        assert!("tcp:".parse::<RailSpec>().is_err());
+        assert!("tcp:a b".parse::<RailSpec>().is_err());
+        assert!("tcp:1.2.3.4@fast".parse::<RailSpec>().is_err());
+        assert_eq!("tcp:::1".parse::<RailSpec>().unwrap().local, Local::Addr("::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("2gbit"), Ok(250_000_000));
+        assert_eq!(parse_rate("500mbit"), Ok(62_500_000));
+        assert_eq!(parse_rate("1.5gbit"), Ok(187_500_000));
+        assert!(parse_rate("2gb").is_err());
+        assert!(parse_rate("0bit").is_err());
+    }
+
+    #[test]
+    fn resolve_loopback_interface() {
+        let r = RailSpec { local: Local::Iface("lo".into()), bandwidth: None }.resolve().unwrap();
+        assert!(r.ip.is_loopback());
+        assert!(RailSpec { local: Local::Iface("nosuch0".into()), bandwidth: None }.resolve().is_err());
+    }
+}

@@ -1,0 +1,363 @@
+//! The TCP rail: one connection per (peer, rail), bound to the rail's
+//! local address, `TCP_NODELAY`, large socket buffers, vectored writes of
+//! header + payload, and payloads read straight into their destination.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use bytes::Bytes;
+use multirail_proto::core::PayloadDest;
+use multirail_proto::wire::FrameHeader;
+use multirail_proto::wire::frame::Limits;
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+use crate::{FrameSink, Flushed, Rail, RailCaps, RailError, Received};
+
+/// Staging buffer for reading headers and small frames in few syscalls.
+const STAGE: usize = 256 << 10;
+/// Payloads at least this long are read straight into their destination.
+const DIRECT_READ: usize = 32 << 10;
+/// Bytes read per `poll_recv` call before yielding to other rails.
+const RECV_BUDGET: usize = 8 << 20;
+/// Slices per `writev`.
+const MAX_IOV: usize = 64;
+
+/// Socket options applied to every rail connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketOptions {
+    /// SO_SNDBUF / SO_RCVBUF in bytes; `None` leaves Linux autotuning on.
+    pub buffer: Option<usize>,
+    pub connect_timeout: Duration,
+}
+
+impl Default for SocketOptions {
+    fn default() -> Self {
+        SocketOptions { buffer: None, connect_timeout: Duration::from_secs(10) }
+    }
+}
+
+/// Applies `TCP_NODELAY` and the buffer sizes.
+pub fn tune(stream: &TcpStream, opts: &SocketOptions) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    if let Some(b) = opts.buffer {
+        let s = SockRef::from(stream);
+        s.set_send_buffer_size(b)?;
+        s.set_recv_buffer_size(b)?;
+    }
+    Ok(())
+}
+
+/// A listener on `ip:port` (port 0 = any), for a rail's incoming connections.
+pub fn listen(ip: IpAddr, port: u16, opts: &SocketOptions) -> io::Result<TcpListener> {
+    let s = Socket::new(Domain::for_address(SocketAddr::new(ip, port)), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    if let Some(b) = opts.buffer {
+        // Must be set before listen() for the window scale to follow.
+        s.set_recv_buffer_size(b)?;
+        s.set_send_buffer_size(b)?;
+    }
+    s.bind(&SocketAddr::new(ip, port).into())?;
+    s.listen(128)?;
+    Ok(s.into())
+}
+
+/// Connects from `local` (and optionally device `iface`) to `remote`.
+pub fn connect(local: IpAddr, iface: Option<&str>, remote: SocketAddr, opts: &SocketOptions) -> io::Result<TcpStream> {
+    let s = Socket::new(Domain::for_address(remote), Type::STREAM, Some(Protocol::TCP))?;
+    if let Some(dev) = iface {
+        // Needs CAP_NET_RAW; binding the address alone is enough for routing
+        // on separate subnets, so a refusal is not fatal.
+        let _ = s.bind_device(Some(dev.as_bytes()));
+    }
+    if let Some(b) = opts.buffer {
+        s.set_recv_buffer_size(b)?;
+        s.set_send_buffer_size(b)?;
+    }
+    s.bind(&SocketAddr::new(local, 0).into())?;
+    s.connect_timeout(&remote.into(), opts.connect_timeout)?;
+    let stream: TcpStream = s.into();
+    tune(&stream, opts)?;
+    Ok(stream)
+}
+
+struct OutFrame {
+    header: [u8; FrameHeader::LEN],
+    payload: Bytes,
+}
+
+impl OutFrame {
+    fn len(&self) -> usize {
+        FrameHeader::LEN + self.payload.len()
+    }
+}
+
+struct Partial {
+    header: FrameHeader,
+    dest: PayloadDest,
+    got: usize,
+}
+
+/// A rail over one TCP connection.
+pub struct TcpRail {
+    caps: RailCaps,
+    stream: TcpStream,
+    limits: Limits,
+    out: VecDeque<OutFrame>,
+    /// Bytes of the front frame already written.
+    out_pos: usize,
+    out_bytes: usize,
+    stage: Box<[u8]>,
+    lo: usize,
+    hi: usize,
+    partial: Option<Partial>,
+    scratch: Box<[u8]>,
+}
+
+impl TcpRail {
+    /// Wraps an authenticated connection. Switches it to non-blocking.
+    pub fn new(stream: TcpStream, caps: RailCaps, limits: Limits) -> io::Result<TcpRail> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        Ok(TcpRail {
+            caps,
+            stream,
+            limits,
+            out: VecDeque::new(),
+            out_pos: 0,
+            out_bytes: 0,
+            stage: vec![0; STAGE].into_boxed_slice(),
+            lo: 0,
+            hi: 0,
+            partial: None,
+            scratch: vec![0; 64 << 10].into_boxed_slice(),
+        })
+    }
+
+    /// Reads into the staging buffer; Ok(false) when it would block.
+    fn fill_stage(&mut self) -> Result<bool, RailError> {
+        if self.lo > 0 {
+            self.stage.copy_within(self.lo..self.hi, 0);
+            self.hi -= self.lo;
+            self.lo = 0;
+        }
+        match self.stream.read(&mut self.stage[self.hi..]) {
+            Ok(0) => Err(RailError::Closed),
+            Ok(n) => {
+                self.hi += n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Moves payload bytes into the partial frame; Ok(false) = would block.
+    fn fill_partial(&mut self, sink: &mut dyn FrameSink) -> Result<bool, RailError> {
+        let p = self.partial.as_mut().expect("caller checked");
+        let need = p.header.payload_len() - p.got;
+        let staged = self.hi - self.lo;
+        if staged > 0 {
+            let n = staged.min(need);
+            if let Some(dst) = p.dest.as_mut_slice() {
+                dst[p.got..p.got + n].copy_from_slice(&self.stage[self.lo..self.lo + n]);
+            }
+            self.lo += n;
+            p.got += n;
+            return Ok(true);
+        }
+        if need < DIRECT_READ {
+            return self.fill_stage();
+        }
+        let r = match p.dest.as_mut_slice() {
+            Some(dst) => self.stream.read(&mut dst[p.got..]),
+            None => {
+                let n = need.min(self.scratch.len());
+                self.stream.read(&mut self.scratch[..n])
+            }
+        };
+        match r {
+            Ok(0) => Err(RailError::Closed),
+            Ok(n) => {
+                p.got += n;
+                sink.on_activity();
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Rail for TcpRail {
+    fn caps(&self) -> &RailCaps {
+        &self.caps
+    }
+
+    fn poll_fd(&self) -> Option<RawFd> {
+        Some(self.stream.as_raw_fd())
+    }
+
+    fn send(&mut self, header: &FrameHeader, payload: Bytes) {
+        let f = OutFrame { header: header.to_bytes(), payload };
+        self.out_bytes += f.len();
+        self.out.push_back(f);
+    }
+
+    fn queued_bytes(&self) -> usize {
+        self.out_bytes - self.out_pos
+    }
+
+    fn flush(&mut self) -> Result<Flushed, RailError> {
+        let mut res = Flushed::default();
+        while !self.out.is_empty() {
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
+            let mut skip = self.out_pos;
+            for f in self.out.iter() {
+                if iov.len() + 2 > MAX_IOV {
+                    break;
+                }
+                for part in [&f.header[..], &f.payload[..]] {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                    } else {
+                        iov.push(IoSlice::new(&part[skip..]));
+                        skip = 0;
+                    }
+                }
+            }
+            let n = match self.stream.write_vectored(&iov) {
+                Ok(0) => return Err(RailError::Closed),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    res.blocked = true;
+                    return Ok(res);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            };
+            res.bytes += n;
+            let mut left = self.out_pos + n;
+            while let Some(f) = self.out.front() {
+                if left < f.len() {
+                    break;
+                }
+                left -= f.len();
+                self.out_bytes -= f.len();
+                self.out.pop_front();
+                res.frames += 1;
+            }
+            self.out_pos = left;
+        }
+        Ok(res)
+    }
+
+    fn poll_recv(&mut self, sink: &mut dyn FrameSink) -> Result<Received, RailError> {
+        let mut res = Received::default();
+        let start = (self.hi - self.lo) as isize;
+        loop {
+            if self.partial.is_some() {
+                let before = self.partial.as_ref().map_or(0, |p| p.got);
+                let progressed = self.fill_partial(sink)?;
+                let p = self.partial.as_ref().expect("still there");
+                res.bytes += p.got - before;
+                if p.got == p.header.payload_len() {
+                    let p = self.partial.take().expect("still there");
+                    sink.on_payload(&p.header, p.dest, true)?;
+                    res.frames += 1;
+                } else if !progressed {
+                    return Ok(res);
+                }
+            } else if self.hi - self.lo >= FrameHeader::LEN {
+                let header = FrameHeader::parse(&self.stage[self.lo..self.hi], &self.limits)?;
+                self.lo += FrameHeader::LEN;
+                res.bytes += FrameHeader::LEN;
+                let dest = sink.on_header(&header)?;
+                self.partial = Some(Partial { header, dest, got: 0 });
+            } else if !self.fill_stage()? {
+                return Ok(res);
+            }
+            if res.bytes as isize - start > RECV_BUDGET as isize {
+                res.more = true;
+                return Ok(res);
+            }
+        }
+    }
+
+    fn take_partial(&mut self) -> Option<(FrameHeader, PayloadDest)> {
+        self.partial.take().map(|p| (p.header, p.dest))
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests_util::{CollectSink, pair_streams};
+
+    fn rail(s: TcpStream) -> TcpRail {
+        let caps = RailCaps { name: "t".into(), bandwidth: 0, latency: Duration::ZERO, max_frame: 1 << 24 };
+        TcpRail::new(s, caps, Limits::default()).unwrap()
+    }
+
+    #[test]
+    fn frames_of_all_sizes_cross_in_order() {
+        let (a, b) = pair_streams();
+        let (mut a, mut b) = (rail(a), rail(b));
+        let sizes = [0usize, 1, 47, 48, 4096, 32 << 10, (32 << 10) + 1, 3 << 20, 5];
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut h = FrameHeader::new(multirail_proto::wire::Op::Eager);
+            h.seq = i as u64;
+            h.total_len = n as u64;
+            h.frag_len = n as u32;
+            a.send(&h, Bytes::from(vec![i as u8; n]));
+        }
+        let mut sink = CollectSink::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sink.frames.len() < sizes.len() {
+            assert!(std::time::Instant::now() < deadline, "timed out");
+            a.flush().unwrap();
+            b.poll_recv(&mut sink).unwrap();
+        }
+        for (i, (h, p)) in sink.frames.iter().enumerate() {
+            assert_eq!(h.seq, i as u64);
+            assert_eq!(p.len(), sizes[i]);
+            assert!(p.iter().all(|&x| x == i as u8));
+        }
+        assert_eq!(a.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn garbage_is_a_wire_error_and_eof_is_closed() {
+        let (mut a, b) = pair_streams();
+        let mut b = rail(b);
+        a.write_all(&[0xff; 48]).unwrap();
+        let mut sink = CollectSink::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let err = loop {
+            assert!(std::time::Instant::now() < deadline);
+            match b.poll_recv(&mut sink) {
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, RailError::Wire(_)), "{err}");
+        let (a, b) = pair_streams();
+        let mut b = rail(b);
+        drop(a);
+        let err = loop {
+            assert!(std::time::Instant::now() < deadline);
+            if let Err(e) = b.poll_recv(&mut sink) {
+                break e;
+            }
+        };
+        assert!(matches!(err, RailError::Closed));
+    }
+}
