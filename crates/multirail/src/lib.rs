@@ -1,14 +1,53 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! # multirail — several network links as one message channel
+//!
+//! Two or more processes exchange tagged messages over several rails
+//! (TCP connections over different interfaces or addresses) at once:
+//! small messages keep one rail's latency, large ones are split across all
+//! rails in proportion to what each delivers, everything arrives in order,
+//! and a rail that dies is routed around.
+//!
+//! ```no_run
+//! use multirail::Endpoint;
+//! // Rank and size from MULTIRAIL_RANK/SIZE/ROOT or mpirun/srun.
+//! let ep = Endpoint::from_env()?;
+//! if ep.rank() == 0 {
+//!     ep.send(1, 7, b"hello")?;
+//! } else {
+//!     let mut buf = [0u8; 64];
+//!     let st = ep.recv(Some(0), Some(7), &mut buf)?;
+//!     assert_eq!(&buf[..st.len as usize], b"hello");
+//! }
+//! # Ok::<(), multirail::Error>(())
+//! ```
+//!
+//! Layers: [`multirail_proto`] (the sans-IO protocol core) and
+//! [`multirail_transport`] (rails) below; this crate owns sockets, threads
+//! and the clock: configuration ([`Config`], `MULTIRAIL_*` variables),
+//! bootstrap (ranks meeting), the progress engines ([`Progress`]) and the
+//! [`Endpoint`] API.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+#![forbid(unsafe_code)]
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
+mod bootstrap;
+mod config;
+mod endpoint;
+mod engine;
+mod error;
+mod launch;
+mod shared;
+
+pub use bytes::{Bytes, BytesMut};
+pub use config::{Config, DEFAULT_RAILS, Progress, parse_job};
+pub use endpoint::{Builder, Endpoint, Finished, RESERVED_TAGS, RecvRequest, Request, SendRequest};
+pub use error::Error;
+pub use launch::JobInfo;
+pub use multirail_proto::core::{RailStats, Status};
+pub use multirail_proto::sched::{PolicyKind, PolicyTable};
+pub use multirail_transport::fault::FaultConfig;
+
+/// Generates a random job key (hex), for launchers that pass it to ranks.
+pub fn generate_key() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("OS random number generator");
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

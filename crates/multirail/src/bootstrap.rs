@@ -1,0 +1,361 @@
+//! How ranks meet. Rank 0 listens at the root address; every other rank
+//! connects there (authenticated HELLO), sends the addresses of its rail
+//! listeners and receives everybody's. Then each rank connects every rail
+//! to every lower rank and accepts every rail from higher ranks; each of
+//! those connections runs its own HELLO naming rank and rail index.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use multirail_proto::handshake::{LocalHello, PeerHello};
+use multirail_transport::handshake::{self, HandshakeFailure};
+use multirail_transport::spec::Resolved;
+use multirail_transport::tcp;
+
+use crate::{Config, Error};
+
+/// Rail index used in the HELLO of the bootstrap connection.
+pub const BOOT_RAIL: u16 = u16::MAX;
+const TABLE_MAGIC: u32 = 0x4d52_5442; // "MRTB"
+const ENTRY: usize = 19;
+const MAX_RANKS: u32 = 1 << 16;
+const MAX_RAILS: usize = 256;
+
+/// An authenticated rail connection.
+pub(crate) struct Conn {
+    pub peer: u32,
+    pub rail: usize,
+    pub stream: TcpStream,
+    pub hello: PeerHello,
+}
+
+/// Every rank's rail listener addresses, by rank then rail.
+pub(crate) type Table = Vec<Vec<SocketAddr>>;
+
+/// Where this rank meets the others.
+pub enum Root {
+    /// Rank 0: accept the others on this listener.
+    Listen(TcpListener),
+    /// Other ranks: connect here.
+    Connect(SocketAddr),
+}
+
+/// What we know about ourselves during setup.
+pub(crate) struct Me<'a> {
+    pub cfg: &'a Config,
+    pub rank: u32,
+    pub size: u32,
+    pub rails: Vec<Resolved>,
+}
+
+impl Me<'_> {
+    pub fn key(&self) -> &[u8] {
+        self.cfg.key.as_deref().unwrap_or(&[])
+    }
+
+    pub fn hello(&self, rail_index: u16) -> LocalHello {
+        let mut nonce = [0u8; 32];
+        // getrandom only fails if the OS has no entropy source at all.
+        getrandom::fill(&mut nonce).expect("OS random number generator");
+        let spec = self.cfg.rails.get(rail_index as usize);
+        LocalHello {
+            job_id: self.cfg.job_id,
+            rank: self.rank,
+            size: self.size,
+            rail_index,
+            rail_count: self.cfg.rails.len() as u16,
+            bandwidth: spec.and_then(|s| s.bandwidth).unwrap_or(0),
+            latency_ns: 0,
+            max_frame: self.cfg.proto.limits.max_frame,
+            credits: self.cfg.proto.unexpected_limit,
+            nonce,
+        }
+    }
+
+    /// Vets the identity a connecting peer claims.
+    pub fn check(&self, p: &PeerHello, rail: u16, from_higher: bool) -> Result<(), String> {
+        if p.size != self.size {
+            return Err(format!("rank {} thinks the job has {} ranks, we have {}", p.rank, p.size, self.size));
+        }
+        if p.rank >= self.size || p.rank == self.rank || (from_higher && p.rank < self.rank) {
+            return Err(format!("rank {} is not a peer that connects to rank {}", p.rank, self.rank));
+        }
+        if p.rail_index != rail {
+            return Err(format!("rail {} arrived on the listener of rail {rail}", p.rail_index));
+        }
+        if p.rail_count as usize != self.cfg.rails.len() {
+            return Err(format!(
+                "rank {} has {} rails, rank {} has {}: every rank needs the same number (MULTIRAIL_RAILS)",
+                p.rank,
+                p.rail_count,
+                self.rank,
+                self.cfg.rails.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn setup_err(e: impl std::fmt::Display) -> Error {
+    Error::Setup(e.to_string())
+}
+
+fn encode_addr(a: &SocketAddr, out: &mut Vec<u8>) {
+    let (fam, ip) = match a.ip() {
+        IpAddr::V4(v) => (4u8, v.to_ipv6_mapped()),
+        IpAddr::V6(v) => (6u8, v),
+    };
+    out.push(fam);
+    out.extend_from_slice(&ip.octets());
+    out.extend_from_slice(&a.port().to_le_bytes());
+}
+
+fn decode_addr(b: &[u8]) -> Result<SocketAddr, String> {
+    let mut o = [0u8; 16];
+    o.copy_from_slice(&b[1..17]);
+    let v6 = Ipv6Addr::from(o);
+    let ip = match b[0] {
+        4 => IpAddr::V4(v6.to_ipv4_mapped().ok_or("bad IPv4 address in table")?),
+        6 => IpAddr::V6(v6),
+        f => return Err(format!("bad address family {f} in table")),
+    };
+    Ok(SocketAddr::new(ip, u16::from_le_bytes([b[17], b[18]])))
+}
+
+/// Table wire format: magic, ranks (u32), rails (u16), then `ranks x rails`
+/// entries of family (u8), IPv6 or mapped IPv4 (16), port (u16).
+pub(crate) fn encode_table(t: &[Vec<SocketAddr>], rails: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(10 + t.len() * rails * ENTRY);
+    out.extend_from_slice(&TABLE_MAGIC.to_le_bytes());
+    out.extend_from_slice(&(t.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(rails as u16).to_le_bytes());
+    for row in t {
+        for a in row {
+            encode_addr(a, &mut out);
+        }
+    }
+    out
+}
+
+/// Reads a table from a stream, refusing anything beyond the bounds.
+pub(crate) fn read_table(s: &mut impl Read, max_ranks: u32, rails: usize) -> Result<Table, String> {
+    let mut head = [0u8; 10];
+    s.read_exact(&mut head).map_err(|e| format!("reading address table: {e}"))?;
+    let magic = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let ranks = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let nr = u16::from_le_bytes([head[8], head[9]]) as usize;
+    if magic != TABLE_MAGIC {
+        return Err("not an address table".into());
+    }
+    if ranks == 0 || ranks > max_ranks || nr != rails || nr > MAX_RAILS {
+        return Err(format!("address table of {ranks} ranks x {nr} rails (expected at most {max_ranks} x {rails})"));
+    }
+    let mut body = vec![0u8; ranks as usize * nr * ENTRY];
+    s.read_exact(&mut body).map_err(|e| format!("reading address table: {e}"))?;
+    let entries: Vec<SocketAddr> = body.chunks_exact(ENTRY).map(decode_addr).collect::<Result<_, _>>()?;
+    Ok(entries.chunks(nr).map(<[SocketAddr]>::to_vec).collect())
+}
+
+/// Binds one listener per rail on its local address.
+pub(crate) fn bind_rails(me: &Me<'_>) -> Result<Vec<TcpListener>, Error> {
+    me.rails
+        .iter()
+        .enumerate()
+        .map(|(k, r)| {
+            tcp::listen(r.ip, 0, &me.cfg.socket)
+                .map_err(|e| setup_err(format!("rail {k} ({}): cannot listen on {}: {e}", me.cfg.rails[k], r.ip)))
+        })
+        .collect()
+}
+
+fn remaining(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+}
+
+/// Rank 0: waits for every other rank, then sends everyone the table.
+pub(crate) fn gather(me: &Me<'_>, listener: &TcpListener, mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
+    let n = me.size as usize;
+    let mut table: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
+    table[0] = Some(mine);
+    let mut joined: Vec<TcpStream> = Vec::new();
+    listener.set_nonblocking(true)?;
+    while joined.len() + 1 < n {
+        let (mut s, from) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let missing: Vec<usize> = (0..n).filter(|&r| table[r].is_none()).collect();
+                    return Err(setup_err(format!(
+                        "ranks {missing:?} did not join at {} within the setup timeout",
+                        listener.local_addr()?
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        s.set_nonblocking(false)?;
+        let taken: Vec<bool> = table.iter().map(Option::is_some).collect();
+        let check = |p: &PeerHello| {
+            me.check(p, BOOT_RAIL, false)?;
+            if taken[p.rank as usize] { Err(format!("rank {} joined twice", p.rank)) } else { Ok(()) }
+        };
+        let peer = match handshake::accept(&mut s, &me.hello(BOOT_RAIL), me.key(), me.cfg.handshake_timeout, check) {
+            Ok(p) => p,
+            Err(e) => {
+                // A stranger or a broken peer: refuse it, keep waiting.
+                tracing::warn!("refused a connection from {from} at the root: {e}");
+                continue;
+            }
+        };
+        let row = read_table(&mut s, 1, me.cfg.rails.len()).map_err(|e| setup_err(format!("rank {}: {e}", peer.rank)))?;
+        table[peer.rank as usize] = row.into_iter().next();
+        joined.push(s);
+    }
+    let table: Table = table.into_iter().map(|r| r.expect("every rank joined")).collect();
+    let bytes = encode_table(&table, me.cfg.rails.len());
+    for mut s in joined {
+        s.write_all(&bytes)?;
+    }
+    Ok(table)
+}
+
+/// Other ranks: join at the root and learn the table.
+pub(crate) fn join(me: &Me<'_>, root: SocketAddr, mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
+    let mut s = loop {
+        match TcpStream::connect_timeout(&root, remaining(deadline).min(Duration::from_secs(2))) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(setup_err(format!("cannot reach the root (rank 0) at {root}: {e}")));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let peer = handshake::connect(&mut s, &me.hello(BOOT_RAIL), me.key(), me.cfg.handshake_timeout)
+        .map_err(|e| setup_err(format!("root at {root}: {e}")))?;
+    if peer.rank != 0 {
+        return Err(setup_err(format!("the root at {root} says it is rank {}, not 0", peer.rank)));
+    }
+    s.write_all(&encode_table(&[mine], me.cfg.rails.len()))?;
+    s.set_read_timeout(Some(remaining(deadline)))?;
+    let t = read_table(&mut s, me.size, me.cfg.rails.len()).map_err(|e| setup_err(format!("root at {root}: {e}")))?;
+    if t.len() != me.size as usize {
+        return Err(setup_err(format!("the root sent {} ranks, the job has {}", t.len(), me.size)));
+    }
+    Ok(t)
+}
+
+/// Connects rail `k` to `peer` at `addr` and authenticates it.
+pub(crate) fn connect_rail(me: &Me<'_>, peer: u32, k: usize, addr: SocketAddr) -> Result<Conn, String> {
+    let local = &me.rails[k];
+    let mut stream = tcp::connect(local.ip, local.iface.as_deref(), addr, &me.cfg.socket)
+        .map_err(|e| format!("rail {k} to rank {peer}: connect {} -> {addr}: {e}", local.ip))?;
+    let hello = handshake::connect(&mut stream, &me.hello(k as u16), me.key(), me.cfg.handshake_timeout)
+        .map_err(|e| format!("rail {k} to rank {peer} at {addr}: {e}"))?;
+    if hello.rank != peer {
+        return Err(format!("rail {k}: {addr} answered as rank {}, expected rank {peer}", hello.rank));
+    }
+    Ok(Conn { peer, rail: k, stream, hello })
+}
+
+/// Accepts one rail connection on listener `k` and authenticates it.
+pub(crate) fn accept_rail(me: &Me<'_>, k: usize, mut stream: TcpStream) -> Result<Conn, HandshakeFailure> {
+    stream.set_nonblocking(false)?;
+    tcp::tune(&stream, &me.cfg.socket)?;
+    let hello = handshake::accept(&mut stream, &me.hello(k as u16), me.key(), me.cfg.handshake_timeout, |p| {
+        me.check(p, k as u16, true)
+    })?;
+    Ok(Conn { peer: hello.rank, rail: k, stream, hello })
+}
+
+/// Connects every rail to every other rank.
+pub(crate) fn mesh(me: &Me<'_>, table: &Table, listeners: &[TcpListener], deadline: Instant) -> Result<Vec<Conn>, Error> {
+    let higher = (me.size - 1 - me.rank) as usize;
+    std::thread::scope(|sc| {
+        let acceptors: Vec<_> = listeners
+            .iter()
+            .enumerate()
+            .map(|(k, l)| sc.spawn(move || accept_n(me, k, l, higher, deadline)))
+            .collect();
+        let mut conns = Vec::new();
+        let mut first_err = None;
+        for j in 0..me.rank {
+            for k in 0..me.cfg.rails.len() {
+                match connect_rail(me, j, k, table[j as usize][k]) {
+                    Ok(c) => conns.push(c),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        for a in acceptors {
+            match a.join() {
+                Ok(Ok(mut c)) => conns.append(&mut c),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert("acceptor thread panicked".into());
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(setup_err(e)),
+            None => Ok(conns),
+        }
+    })
+}
+
+fn accept_n(me: &Me<'_>, k: usize, l: &TcpListener, n: usize, deadline: Instant) -> Result<Vec<Conn>, String> {
+    let mut out: Vec<Conn> = Vec::new();
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    while out.len() < n {
+        match l.accept() {
+            Ok((s, from)) => match accept_rail(me, k, s) {
+                Ok(c) if out.iter().any(|x| x.peer == c.peer) => {
+                    tracing::warn!("rail {k}: rank {} connected twice; keeping the first", c.peer);
+                }
+                Ok(c) => out.push(c),
+                Err(e) => tracing::warn!("rail {k}: refused a connection from {from}: {e}"),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let have: Vec<u32> = out.iter().map(|c| c.peer).collect();
+                    return Err(format!(
+                        "rail {k}: only ranks {have:?} of the {n} higher ranks connected within the setup timeout"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(format!("rail {k}: accept: {e}")),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_roundtrip_and_bounds() {
+        let t: Table = vec![
+            vec!["127.0.0.1:5000".parse().unwrap(), "[::1]:6000".parse().unwrap()],
+            vec!["10.0.0.2:1".parse().unwrap(), "10.1.0.2:65535".parse().unwrap()],
+        ];
+        let b = encode_table(&t, 2);
+        assert_eq!(read_table(&mut &b[..], 2, 2).unwrap(), t);
+        assert!(read_table(&mut &b[..], 1, 2).is_err(), "more ranks than allowed");
+        assert!(read_table(&mut &b[..], 2, 3).is_err(), "rail count mismatch");
+        assert!(read_table(&mut &b[..b.len() - 1], 2, 2).is_err(), "truncated");
+        let mut bad = b.clone();
+        bad[10] = 9;
+        assert!(read_table(&mut &bad[..], 2, 2).is_err(), "bad family");
+        let mut huge = b.clone();
+        huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(read_table(&mut &huge[..], MAX_RANKS, 2).is_err(), "no allocation from a claimed size");
+    }
+}

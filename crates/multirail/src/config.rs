@@ -1,0 +1,240 @@
+//! Configuration: a builder, and the `MULTIRAIL_*` environment variables
+//! that fill it. Every variable is listed in the README; this module is the
+//! one place that reads them.
+
+use std::time::Duration;
+
+use multirail_proto::core::Config as ProtoConfig;
+use multirail_proto::sched::PolicyTable;
+use multirail_proto::units::parse_size;
+use multirail_transport::fault::FaultConfig;
+use multirail_transport::tcp::SocketOptions;
+use multirail_transport::RailSpec;
+
+use crate::Error;
+
+/// The two loopback rails used when nothing else is configured.
+pub const DEFAULT_RAILS: &str = "tcp:127.0.0.1,tcp:127.0.0.2";
+
+/// How rails are driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Progress {
+    /// One IO thread per rail; waiting threads sleep until woken.
+    Threaded,
+    /// One epoll loop over all rails, run by the waiting thread itself
+    /// (and by a background thread when nobody waits).
+    Polled,
+}
+
+impl Progress {
+    pub fn name(self) -> &'static str {
+        match self {
+            Progress::Threaded => "threaded",
+            Progress::Polled => "polled",
+        }
+    }
+}
+
+impl std::str::FromStr for Progress {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "threaded" | "thread" | "threads" => Ok(Progress::Threaded),
+            "polled" | "poll" | "epoll" => Ok(Progress::Polled),
+            _ => Err(format!("unknown progress engine '{s}' (choose threaded or polled)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything an endpoint needs to know.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub rails: Vec<RailSpec>,
+    pub progress: Progress,
+    /// Protocol tunables (rank is set from the job).
+    pub proto: ProtoConfig,
+    pub socket: SocketOptions,
+    /// Longest a HELLO exchange may take.
+    pub handshake_timeout: Duration,
+    /// Longest the whole job setup (all ranks meeting) may take.
+    pub setup_timeout: Duration,
+    /// Job key; `None` = unauthenticated empty key (a warning is logged).
+    pub key: Option<Vec<u8>>,
+    pub job_id: u64,
+    /// Reconnect failed rails with backoff (first retry after this, doubling
+    /// up to `reconnect_max`); `None` disables reconnection.
+    pub reconnect: Option<Duration>,
+    pub reconnect_max: Duration,
+    /// Fault injection per rail index (tests and `bench --fail-rail`).
+    pub faults: Vec<Option<FaultConfig>>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rails: RailSpec::parse_list(DEFAULT_RAILS).expect("default rails parse"),
+            progress: Progress::Polled,
+            proto: ProtoConfig::default(),
+            socket: SocketOptions::default(),
+            handshake_timeout: Duration::from_secs(10),
+            setup_timeout: Duration::from_secs(60),
+            key: None,
+            job_id: 0,
+            reconnect: Some(Duration::from_millis(100)),
+            reconnect_max: Duration::from_secs(5),
+            faults: Vec::new(),
+        }
+    }
+}
+
+/// Reads an environment variable, treating empty as unset.
+pub(crate) fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn bad(name: &str, value: &str, why: impl std::fmt::Display) -> Error {
+    Error::Config(format!("{name}={value}: {why}"))
+}
+
+fn env_size(name: &str) -> Result<Option<u64>, Error> {
+    env(name).map(|v| parse_size(&v).map_err(|e| bad(name, &v, e))).transpose()
+}
+
+fn env_ms(name: &str) -> Result<Option<Duration>, Error> {
+    env(name)
+        .map(|v| v.trim().parse::<u64>().map(Duration::from_millis).map_err(|_| bad(name, &v, "expected milliseconds")))
+        .transpose()
+}
+
+impl Config {
+    /// Defaults overridden by the `MULTIRAIL_*` environment variables.
+    pub fn from_env() -> Result<Config, Error> {
+        let mut c = Config::default();
+        c.apply_env()?;
+        Ok(c)
+    }
+
+    /// Overrides fields from the `MULTIRAIL_*` environment variables.
+    pub fn apply_env(&mut self) -> Result<(), Error> {
+        if let Some(v) = env("MULTIRAIL_RAILS") {
+            self.rails = RailSpec::parse_list(&v).map_err(|e| bad("MULTIRAIL_RAILS", &v, e))?;
+        }
+        if let Some(v) = env("MULTIRAIL_PROGRESS") {
+            self.progress = v.parse().map_err(|e| bad("MULTIRAIL_PROGRESS", &v, e))?;
+        }
+        if let Some(v) = env("MULTIRAIL_POLICY") {
+            self.proto.policy = v.parse::<PolicyTable>().map_err(|e| bad("MULTIRAIL_POLICY", &v, e))?;
+        }
+        if let Some(v) = env_size("MULTIRAIL_EAGER_LIMIT")? {
+            self.proto.eager_limit = v;
+        }
+        if let Some(v) = env_size("MULTIRAIL_UNEXPECTED_LIMIT")? {
+            self.proto.unexpected_limit = v;
+        }
+        if let Some(v) = env_size("MULTIRAIL_CHUNK")? {
+            self.proto.chunk = v;
+        }
+        if let Some(v) = env_size("MULTIRAIL_RAIL_WINDOW")? {
+            self.proto.rail_window = v;
+        }
+        if let Some(v) = env_size("MULTIRAIL_SOCKBUF")? {
+            self.socket.buffer = Some(v as usize);
+        }
+        if let Some(d) = env_ms("MULTIRAIL_HEARTBEAT_MS")? {
+            self.set_heartbeat(d);
+        }
+        if let Some(v) = env("MULTIRAIL_CHECKSUM") {
+            self.proto.checksum = matches!(v.trim(), "1" | "true" | "yes" | "on");
+        }
+        if let Some(v) = env("MULTIRAIL_KEY") {
+            self.key = Some(v.into_bytes());
+        }
+        if let Some(v) = env("MULTIRAIL_JOB") {
+            self.job_id = parse_job(&v).map_err(|e| bad("MULTIRAIL_JOB", &v, e))?;
+        }
+        self.validate()
+    }
+
+    /// Heartbeat interval; a rail is declared down after 6 intervals of
+    /// silence. ZERO disables heartbeats.
+    pub fn set_heartbeat(&mut self, interval: Duration) {
+        self.proto.heartbeat_interval = interval;
+        self.proto.heartbeat_timeout = interval * 6;
+    }
+
+    /// Checks the combination of settings.
+    pub fn validate(&self) -> Result<(), Error> {
+        let p = &self.proto;
+        if self.rails.is_empty() {
+            return Err(Error::Config("no rails configured".into()));
+        }
+        if p.chunk == 0 {
+            return Err(Error::Config("MULTIRAIL_CHUNK must be at least 1 byte".into()));
+        }
+        if p.chunk > p.limits.max_frame as u64 {
+            return Err(Error::Config(format!(
+                "MULTIRAIL_CHUNK={} exceeds the largest frame ({} bytes)",
+                p.chunk, p.limits.max_frame
+            )));
+        }
+        if p.rail_window < p.chunk {
+            return Err(Error::Config("MULTIRAIL_RAIL_WINDOW must be at least MULTIRAIL_CHUNK".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A job id: decimal, `0x` hex, or any other string (hashed).
+pub fn parse_job(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if let Some(h) = t.strip_prefix("0x") {
+        return u64::from_str_radix(h, 16).map_err(|e| e.to_string());
+    }
+    if let Ok(n) = t.parse() {
+        return Ok(n);
+    }
+    // FNV-1a: stable across machines and versions.
+    Ok(t.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+        assert_eq!(Config::default().rails.len(), 2);
+    }
+
+    #[test]
+    fn progress_parse() {
+        assert_eq!("threaded".parse::<Progress>(), Ok(Progress::Threaded));
+        assert_eq!("EPOLL".parse::<Progress>(), Ok(Progress::Polled));
+        assert!("fast".parse::<Progress>().is_err());
+    }
+
+    #[test]
+    fn job_ids() {
+        assert_eq!(parse_job("42"), Ok(42));
+        assert_eq!(parse_job("0xff"), Ok(255));
+        assert_eq!(parse_job("slurm-123"), parse_job("slurm-123"));
+        assert_ne!(parse_job("a"), parse_job("b"));
+    }
+
+    #[test]
+    fn invalid_combinations() {
+        let mut c = Config::default();
+        c.proto.chunk = 0;
+        assert!(c.validate().is_err());
+        let mut c = Config::default();
+        c.proto.rail_window = 1;
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,497 @@
+//! The public endpoint: point-to-point messaging over every rail.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use multirail_proto::core::{Core, RailCaps as CoreCaps, RailStats, ReqId, Status};
+use multirail_transport::fault::{FaultConfig, FaultRail};
+use multirail_transport::tcp::TcpRail;
+use multirail_transport::{Rail, RailCaps};
+
+use crate::bootstrap::{self, Conn, Me, Root};
+use crate::engine::Engine;
+use crate::launch::{JobInfo, resolve};
+use crate::shared::{Completion, Shared, Slot};
+use crate::{Config, Error, Progress};
+
+/// Tags at or above this value are reserved for multirail itself.
+pub const RESERVED_TAGS: u64 = 1 << 63;
+const BARRIER_TAG: u64 = u64::MAX - 1;
+
+/// How long closing waits for every sent message to be acknowledged.
+const CLOSE_DRAIN: Duration = Duration::from_secs(10);
+
+/// Builds an [`Endpoint`]. Settings start from [`Config::default`] (or a
+/// given config) and can be overridden one by one.
+#[must_use]
+pub struct Builder {
+    cfg: Config,
+    rank: u32,
+    size: u32,
+    root: Option<Root>,
+    err: Option<Error>,
+}
+
+impl Builder {
+    pub fn new(cfg: Config) -> Builder {
+        Builder { cfg, rank: 0, size: 1, root: None, err: None }
+    }
+    fn set_err(mut self, e: Error) -> Builder {
+        self.err.get_or_insert(e);
+        self
+    }
+    /// Rails as in `MULTIRAIL_RAILS`: `tcp:127.0.0.1,tcp:eth1`.
+    pub fn rails(mut self, rails: &str) -> Builder {
+        match multirail_transport::RailSpec::parse_list(rails) {
+            Ok(r) => self.cfg.rails = r,
+            Err(e) => return self.set_err(Error::Config(e)),
+        }
+        self
+    }
+    /// Policy table as in `MULTIRAIL_POLICY`: `16K:single,*:adaptive`.
+    pub fn policy(mut self, table: &str) -> Builder {
+        match table.parse() {
+            Ok(t) => self.cfg.proto.policy = t,
+            Err(e) => return self.set_err(Error::Config(e)),
+        }
+        self
+    }
+    pub fn progress(mut self, p: Progress) -> Builder {
+        self.cfg.progress = p;
+        self
+    }
+    pub fn eager_limit(mut self, bytes: u64) -> Builder {
+        self.cfg.proto.eager_limit = bytes;
+        self
+    }
+    pub fn unexpected_limit(mut self, bytes: u64) -> Builder {
+        self.cfg.proto.unexpected_limit = bytes;
+        self
+    }
+    pub fn chunk(mut self, bytes: u64) -> Builder {
+        self.cfg.proto.chunk = bytes;
+        self
+    }
+    pub fn checksum(mut self, on: bool) -> Builder {
+        self.cfg.proto.checksum = on;
+        self
+    }
+    pub fn heartbeat(mut self, interval: Duration) -> Builder {
+        self.cfg.set_heartbeat(interval);
+        self
+    }
+    pub fn key(mut self, key: impl Into<Vec<u8>>) -> Builder {
+        self.cfg.key = Some(key.into());
+        self
+    }
+    pub fn job(mut self, id: u64) -> Builder {
+        self.cfg.job_id = id;
+        self
+    }
+    /// Injects faults into every connection of rail `rail`.
+    pub fn fault(mut self, rail: usize, f: FaultConfig) -> Builder {
+        if self.cfg.faults.len() <= rail {
+            self.cfg.faults.resize(rail + 1, None);
+        }
+        self.cfg.faults[rail] = Some(f);
+        self
+    }
+    /// This process is `rank` of `size`.
+    pub fn rank(mut self, rank: u32, size: u32) -> Builder {
+        self.rank = rank;
+        self.size = size;
+        self
+    }
+    /// Rank 0: accept the other ranks on this listener.
+    pub fn root_listener(mut self, l: TcpListener) -> Builder {
+        self.root = Some(Root::Listen(l));
+        self
+    }
+    /// Ranks other than 0: meet rank 0 here.
+    pub fn root(mut self, addr: SocketAddr) -> Builder {
+        self.root = Some(Root::Connect(addr));
+        self
+    }
+    /// Connects to every other rank and starts the progress engine.
+    pub fn build(self) -> Result<Endpoint, Error> {
+        if let Some(e) = self.err {
+            return Err(e);
+        }
+        Endpoint::start(self.cfg, self.rank, self.size, self.root)
+    }
+}
+
+/// One process's end of the multi-rail channel to every other rank.
+///
+/// Methods, by group:
+/// * about the job: [`rank`](Endpoint::rank), [`size`](Endpoint::size),
+///   [`rail_names`](Endpoint::rail_names), [`rail_stats`](Endpoint::rail_stats);
+/// * blocking: [`send`](Endpoint::send), [`recv`](Endpoint::recv),
+///   [`barrier`](Endpoint::barrier);
+/// * non-blocking: [`isend`](Endpoint::isend) and
+///   [`irecv`](Endpoint::irecv) return requests to
+///   [`test`](SendRequest::test) or [`wait`](SendRequest::wait) on, or to
+///   pass to [`wait_all`](Endpoint::wait_all);
+/// * [`close`](Endpoint::close) (also on drop): waits until everything sent
+///   was delivered, then says goodbye on every rail.
+///
+/// Messages from one rank are matched in the order they were sent, however
+/// their fragments travelled. `None` as source or tag matches any.
+pub struct Endpoint {
+    shared: Arc<Shared>,
+    engine: Option<Engine>,
+    rank: u32,
+    size: u32,
+    cfg: Config,
+    _listeners: Vec<TcpListener>,
+}
+
+fn now_plus(d: Option<Duration>) -> Option<Instant> {
+    d.map(|d| Instant::now() + d)
+}
+
+impl Endpoint {
+    pub fn builder() -> Builder {
+        Builder::new(Config::default())
+    }
+
+    /// Everything from the environment: `MULTIRAIL_*` settings, and the
+    /// rank, size and root from `MULTIRAIL_RANK/SIZE/ROOT` or the launcher
+    /// (Open MPI, PMI, Slurm).
+    pub fn from_env() -> Result<Endpoint, Error> {
+        let cfg = Config::from_env()?;
+        let job = JobInfo::from_env()?.ok_or_else(|| {
+            Error::Config(
+                "not started as part of a job: set MULTIRAIL_RANK, MULTIRAIL_SIZE and MULTIRAIL_ROOT, \
+                 or launch with mpirun/srun (and MULTIRAIL_ROOT=host:port)"
+                    .into(),
+            )
+        })?;
+        let root = match (&job.root, job.size) {
+            (_, 1) => None,
+            (None, _) => return Err(Error::Config(format!("{}: MULTIRAIL_ROOT=host:port is not set", job.source))),
+            (Some(r), _) if job.rank == 0 => {
+                let addr = resolve(r)?;
+                let l = multirail_transport::tcp::listen(addr.ip(), addr.port(), &cfg.socket)
+                    .map_err(|e| Error::Setup(format!("rank 0 cannot listen on MULTIRAIL_ROOT={r}: {e}")))?;
+                Some(Root::Listen(l))
+            }
+            (Some(r), _) => Some(Root::Connect(resolve(r)?)),
+        };
+        Endpoint::start(cfg, job.rank, job.size, root)
+    }
+
+    fn start(mut cfg: Config, rank: u32, size: u32, root: Option<Root>) -> Result<Endpoint, Error> {
+        cfg.validate()?;
+        if size == 0 || rank >= size {
+            return Err(Error::Config(format!("rank {rank} of a job of {size}")));
+        }
+        if cfg.key.is_none() && size > 1 {
+            tracing::warn!("MULTIRAIL_KEY is not set: rails are not authenticated");
+        }
+        cfg.proto.rank = rank;
+        let rails = cfg.rails.iter().map(|s| s.resolve().map_err(Error::Config)).collect::<Result<Vec<_>, _>>()?;
+        let me = Me { cfg: &cfg, rank, size, rails };
+        let deadline = Instant::now() + cfg.setup_timeout;
+        let listeners = bootstrap::bind_rails(&me)?;
+        let mine: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?;
+        let table = match (size, root) {
+            (1, _) => vec![mine],
+            (_, Some(Root::Listen(l))) if rank == 0 => bootstrap::gather(&me, &l, mine, deadline)?,
+            (_, Some(Root::Connect(a))) if rank != 0 => bootstrap::join(&me, a, mine, deadline)?,
+            _ => return Err(Error::Config("rank 0 needs a root listener, other ranks a root address".into())),
+        };
+        let conns = bootstrap::mesh(&me, &table, &listeners, deadline)?;
+        let shared = Arc::new(Self::make_shared(&cfg, rank, size));
+        for c in conns {
+            install(&shared, &cfg, c)?;
+        }
+        let engine = Engine::start(&shared, cfg.progress)?;
+        Ok(Endpoint { shared, engine: Some(engine), rank, size, cfg, _listeners: listeners })
+    }
+
+    fn make_shared(cfg: &Config, rank: u32, size: u32) -> Shared {
+        let mut core = Core::new(cfg.proto.clone());
+        let mut slots = Vec::new();
+        for peer in (0..size).filter(|&p| p != rank) {
+            core.add_peer(peer, cfg.rails.len());
+            for (k, spec) in cfg.rails.iter().enumerate() {
+                slots.push(Arc::new(Slot {
+                    peer,
+                    rail: k,
+                    name: format!("{spec} to rank {peer}"),
+                    conn: std::sync::Mutex::new(None),
+                    close_requested: AtomicBool::new(false),
+                    wake_pending: AtomicBool::new(false),
+                    waker: std::sync::Mutex::new(None),
+                }));
+            }
+        }
+        Shared::new(core, slots)
+    }
+
+    // ----- about the job -----
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    /// The configured rails, in index order.
+    pub fn rail_names(&self) -> Vec<String> {
+        self.cfg.rails.iter().map(|r| r.to_string()).collect()
+    }
+    /// Per-rail byte counters and state for the rails to `peer`.
+    pub fn rail_stats(&self, peer: u32) -> Vec<RailStats> {
+        self.shared.with_core(|c, now| c.rail_stats(peer, now))
+    }
+    /// Why rails failed so far: (peer, rail, reason).
+    pub fn rail_errors(&self) -> Vec<(u32, usize, String)> {
+        self.shared.lock().rail_errors.clone()
+    }
+
+    fn engine(&self) -> Result<&Engine, Error> {
+        self.engine.as_ref().ok_or(Error::Shutdown)
+    }
+
+    fn check_peer(&self, peer: u32) -> Result<(), Error> {
+        if peer >= self.size || peer == self.rank { Err(Error::NoSuchPeer(peer)) } else { Ok(()) }
+    }
+
+    // ----- non-blocking -----
+
+    /// Starts sending `data` (a `Vec<u8>`, `Bytes`, ...; no copy is made).
+    pub fn isend(&self, peer: u32, tag: u64, data: impl Into<Bytes>) -> Result<SendRequest<'_>, Error> {
+        if tag >= RESERVED_TAGS {
+            return Err(Error::Config(format!("tag {tag:#x} is reserved (tags must be below 2^63)")));
+        }
+        self.isend_raw(peer, tag, data.into())
+    }
+
+    fn isend_raw(&self, peer: u32, tag: u64, data: Bytes) -> Result<SendRequest<'_>, Error> {
+        self.check_peer(peer)?;
+        self.engine()?;
+        let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
+        self.shared.send_now_or_wake(wake);
+        Ok(SendRequest { ep: self, id })
+    }
+
+    /// Posts a receive into `buf` (its length is the most it takes; no
+    /// copy is made: fragments land in it from every rail).
+    pub fn irecv(&self, src: Option<u32>, tag: Option<u64>, buf: impl Into<BytesMut>) -> Result<RecvRequest<'_>, Error> {
+        if let Some(s) = src {
+            self.check_peer(s)?;
+        }
+        self.engine()?;
+        let buf = buf.into();
+        let (id, wake) = self.shared.with_core_deferred(|c, now| c.irecv(src, tag, buf, now));
+        self.shared.send_now_or_wake(wake);
+        Ok(RecvRequest { ep: self, id })
+    }
+
+    fn wait_id(&self, id: ReqId, timeout: Option<Duration>) -> Result<Completion, Error> {
+        if let Some(c) = self.shared.take_done(id) {
+            return Ok(c);
+        }
+        let shared = &self.shared;
+        let mut done = || shared.lock().done.contains_key(&id);
+        if !self.engine()?.wait_until(shared, &mut done, now_plus(timeout)) {
+            return Err(Error::Timeout);
+        }
+        Ok(self.shared.take_done(id).expect("waited for it"))
+    }
+
+    /// Waits for every request.
+    pub fn wait_all<'a>(&'a self, reqs: impl IntoIterator<Item = Request<'a>>) -> Vec<Result<Finished, Error>> {
+        reqs.into_iter()
+            .map(|r| match r {
+                Request::Send(s) => s.wait().map(|()| Finished::Sent),
+                Request::Recv(r) => r.wait().map(|(buf, st)| Finished::Received(buf, st)),
+            })
+            .collect()
+    }
+
+    // ----- blocking -----
+
+    /// Sends a copy of `data`; returns once it is handed to the rails.
+    pub fn send(&self, peer: u32, tag: u64, data: &[u8]) -> Result<(), Error> {
+        self.isend(peer, tag, Bytes::copy_from_slice(data))?.wait()
+    }
+
+    /// Receives into `buf`; returns who sent what.
+    pub fn recv(&self, src: Option<u32>, tag: Option<u64>, buf: &mut [u8]) -> Result<Status, Error> {
+        let (got, st) = self.irecv(src, tag, BytesMut::zeroed(buf.len()))?.wait()?;
+        buf[..st.len as usize].copy_from_slice(&got[..st.len as usize]);
+        Ok(st)
+    }
+
+    /// Returns once every rank has called `barrier`.
+    pub fn barrier(&self) -> Result<(), Error> {
+        if self.size == 1 {
+            return Ok(());
+        }
+        if self.rank == 0 {
+            for _ in 1..self.size {
+                self.irecv(None, Some(BARRIER_TAG), BytesMut::new())?.wait()?;
+            }
+            for p in 1..self.size {
+                self.isend_raw(p, BARRIER_TAG, Bytes::new())?.wait()?;
+            }
+        } else {
+            self.isend_raw(0, BARRIER_TAG, Bytes::new())?.wait()?;
+            self.irecv(Some(0), Some(BARRIER_TAG), BytesMut::new())?.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Stops a rail's connections to every peer as if the cable were
+    /// pulled (for failover tests); they reconnect if configured to.
+    pub fn kill_rail(&self, rail: usize) {
+        for (i, s) in self.shared.slots.iter().enumerate() {
+            if s.rail == rail {
+                if let Some(r) = s.lock_conn().as_mut() {
+                    r.shutdown();
+                }
+                self.shared.wake_slot(i);
+            }
+        }
+    }
+
+    /// Waits until everything sent is acknowledged, says goodbye on every
+    /// rail and stops the progress engine.
+    pub fn close(mut self) -> Result<(), Error> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), Error> {
+        let Some(mut engine) = self.engine.take() else { return Ok(()) };
+        let shared = &self.shared;
+        let mut quiet = || shared.lock().core.is_quiescent();
+        let drained = engine.wait_until(shared, &mut quiet, Some(Instant::now() + CLOSE_DRAIN));
+        shared.with_core(|c, now| c.close(now));
+        let mut flushed = || {
+            let g = shared.lock();
+            shared.slots.iter().all(|s| !g.core.has_transmit(s.peer, s.rail))
+        };
+        engine.wait_until(shared, &mut flushed, Some(Instant::now() + Duration::from_secs(1)));
+        engine.stop(shared);
+        for s in &shared.slots {
+            if let Some(mut r) = s.lock_conn().take() {
+                let _ = r.flush();
+                r.shutdown();
+            }
+        }
+        if drained { Ok(()) } else { Err(Error::Setup("closed with messages not acknowledged by their peers".into())) }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Wraps an authenticated connection in a rail and hands it to the core.
+fn install(shared: &Shared, cfg: &Config, c: Conn) -> Result<(), Error> {
+    let spec = &cfg.rails[c.rail];
+    let bandwidth = spec.bandwidth.unwrap_or(c.hello.bandwidth);
+    let peer_addr = c.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let caps = RailCaps {
+        name: format!("{spec} -> {peer_addr}"),
+        bandwidth,
+        latency: Duration::ZERO,
+        max_frame: cfg.proto.limits.max_frame.min(c.hello.max_frame),
+    };
+    let tcp = TcpRail::new(c.stream, caps, cfg.proto.limits)?;
+    let rail: Box<dyn Rail> = match cfg.faults.get(c.rail).cloned().flatten() {
+        Some(f) => Box::new(FaultRail::new(tcp, f)),
+        None => Box::new(tcp),
+    };
+    let i = *shared.slot_index.get(&(c.peer, c.rail)).ok_or(Error::NoSuchPeer(c.peer))?;
+    shared.install(i, rail, CoreCaps { bandwidth, latency: Duration::ZERO }, c.hello.credits);
+    Ok(())
+}
+
+/// A send in progress.
+#[must_use = "a request does nothing unless waited for or tested"]
+pub struct SendRequest<'a> {
+    ep: &'a Endpoint,
+    id: ReqId,
+}
+
+impl SendRequest<'_> {
+    /// True once the send completed (successfully or not).
+    pub fn test(&self) -> bool {
+        self.ep.shared.lock().done.contains_key(&self.id)
+    }
+    pub fn wait(self) -> Result<(), Error> {
+        self.wait_timeout(None)
+    }
+    pub fn wait_timeout(self, t: Option<Duration>) -> Result<(), Error> {
+        match self.ep.wait_id(self.id, t)? {
+            Completion::Send(r) => r.map_err(Error::from),
+            Completion::Recv(..) => unreachable!("a send completes as a send"),
+        }
+    }
+}
+
+/// A receive in progress.
+#[must_use = "a request does nothing unless waited for or tested"]
+pub struct RecvRequest<'a> {
+    ep: &'a Endpoint,
+    id: ReqId,
+}
+
+impl RecvRequest<'_> {
+    pub fn test(&self) -> bool {
+        self.ep.shared.lock().done.contains_key(&self.id)
+    }
+    /// The filled buffer and what matched.
+    pub fn wait(self) -> Result<(BytesMut, Status), Error> {
+        let (buf, r) = self.wait_with_buffer(None)?;
+        r.map(|st| (buf, st))
+    }
+    /// The buffer back whatever happened, and the outcome (truncation
+    /// keeps the buffer usable).
+    pub fn wait_with_buffer(self, t: Option<Duration>) -> Result<(BytesMut, Result<Status, Error>), Error> {
+        match self.ep.wait_id(self.id, t)? {
+            Completion::Recv(r, buf) => Ok((buf, r.map_err(Error::from))),
+            Completion::Send(_) => unreachable!("a receive completes as a receive"),
+        }
+    }
+}
+
+/// Either kind of request, for [`Endpoint::wait_all`].
+pub enum Request<'a> {
+    Send(SendRequest<'a>),
+    Recv(RecvRequest<'a>),
+}
+
+impl<'a> From<SendRequest<'a>> for Request<'a> {
+    fn from(r: SendRequest<'a>) -> Self {
+        Request::Send(r)
+    }
+}
+impl<'a> From<RecvRequest<'a>> for Request<'a> {
+    fn from(r: RecvRequest<'a>) -> Self {
+        Request::Recv(r)
+    }
+}
+
+/// A finished request from [`Endpoint::wait_all`].
+#[derive(Debug)]
+pub enum Finished {
+    Sent,
+    Received(BytesMut, Status),
+}
+
+/// Keeps `Ordering` imported for readers of `kill_rail`.
+#[allow(dead_code)]
+fn _ordering(_: Ordering) {}

@@ -1,0 +1,107 @@
+//! Progress engines: who reads and writes the rails.
+
+pub mod polled;
+pub mod threaded;
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
+
+use crate::shared::{Serviced, Shared, Wake};
+
+/// Longest a driver sleeps with nothing to do (bounds timer slack).
+pub const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+pub(crate) struct MioWaker(pub mio::Waker);
+
+impl Wake for MioWaker {
+    fn wake(&self) {
+        // A failed wake means the poll is gone (shutting down).
+        let _ = self.0.wake();
+    }
+}
+
+/// What a slot is registered with in one epoll set.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Registration {
+    fd: Option<RawFd>,
+    write: bool,
+}
+
+impl Registration {
+    /// Brings the registration of slot `i` in line with its connection.
+    pub fn update(&mut self, registry: &Registry, token: Token, shared: &Shared, i: usize, st: &Serviced) {
+        let fd = shared.slots[i].lock_conn().as_ref().and_then(|r| r.poll_fd());
+        let interest = if st.want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+        match (self.fd, fd) {
+            (Some(old), Some(new)) if old == new && self.write == st.want_write => {}
+            (Some(old), Some(new)) if old == new => {
+                if registry.reregister(&mut SourceFd(&new), token, interest).is_err() {
+                    let _ = registry.register(&mut SourceFd(&new), token, interest);
+                }
+            }
+            (old, Some(new)) => {
+                if let Some(o) = old {
+                    // The old socket may already be closed (and removed).
+                    let _ = registry.deregister(&mut SourceFd(&o));
+                }
+                if registry.register(&mut SourceFd(&new), token, interest).is_err() {
+                    let _ = registry.reregister(&mut SourceFd(&new), token, interest);
+                }
+            }
+            (Some(o), None) => {
+                let _ = registry.deregister(&mut SourceFd(&o));
+            }
+            (None, None) => {}
+        }
+        self.fd = fd;
+        self.write = st.want_write;
+    }
+}
+
+/// Time to sleep until the earliest of `deadlines` (at most [`MAX_SLEEP`]).
+pub(crate) fn sleep_for(deadlines: impl IntoIterator<Item = Option<Instant>>) -> Duration {
+    let now = Instant::now();
+    deadlines
+        .into_iter()
+        .flatten()
+        .map(|d| d.saturating_duration_since(now))
+        .fold(MAX_SLEEP, Duration::min)
+}
+
+/// The running engine.
+pub(crate) enum Engine {
+    Threaded(threaded::Threaded),
+    Polled(polled::Polled),
+}
+
+impl Engine {
+    pub fn start(shared: &Arc<Shared>, progress: crate::Progress) -> std::io::Result<Engine> {
+        Ok(match progress {
+            crate::Progress::Threaded => Engine::Threaded(threaded::Threaded::start(shared.clone())?),
+            crate::Progress::Polled => Engine::Polled(polled::Polled::start(shared.clone())?),
+        })
+    }
+
+    /// Blocks until `done()` or `deadline`; returns `done()`.
+    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut() -> bool, deadline: Option<Instant>) -> bool {
+        match self {
+            Engine::Threaded(_) => threaded::wait_until(shared, done, deadline),
+            Engine::Polled(p) => p.wait_until(shared, done, deadline),
+        }
+    }
+
+    pub fn stop(&mut self, shared: &Shared) {
+        shared.shutdown.store(true, std::sync::atomic::Ordering::Release);
+        for i in 0..shared.slots.len() {
+            shared.wake_slot(i);
+        }
+        match self {
+            Engine::Threaded(t) => t.join(),
+            Engine::Polled(p) => p.join(),
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! One epoll loop over all rails. The thread that waits for a request runs
+//! the loop itself (no hand-off between threads on the latency path); a
+//! background thread runs it when nobody waits, so heartbeats, ACKs and
+//! rendezvous replies keep flowing while the application computes.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Poll, Token};
+
+use super::{MioWaker, Registration, sleep_for};
+use crate::shared::Shared;
+
+const WAKE: Token = Token(usize::MAX);
+
+/// After an application wait ends, the background thread keeps off the
+/// loop this long (the application usually waits again soon).
+const HANDOFF: Duration = Duration::from_millis(2);
+
+struct PollState {
+    poll: Poll,
+    events: Events,
+    regs: Vec<Registration>,
+    /// Slots whose read budget ran out.
+    more: Vec<bool>,
+}
+
+struct Loop {
+    state: Mutex<PollState>,
+    waker: Arc<MioWaker>,
+    waiters: AtomicUsize,
+    /// Nanoseconds since `origin` when the last application wait ended.
+    last_wait: AtomicU64,
+    origin: Instant,
+}
+
+pub(crate) struct Polled {
+    lp: Arc<Loop>,
+    bg: Option<JoinHandle<()>>,
+}
+
+impl Polled {
+    pub fn start(shared: Arc<Shared>) -> std::io::Result<Polled> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(MioWaker(mio::Waker::new(poll.registry(), WAKE)?));
+        for s in &shared.slots {
+            *s.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(waker.clone());
+            s.wake_pending.store(true, Ordering::Release);
+        }
+        let n = shared.slots.len();
+        let lp = Arc::new(Loop {
+            state: Mutex::new(PollState {
+                poll,
+                events: Events::with_capacity(64),
+                regs: vec![Registration::default(); n],
+                more: vec![false; n],
+            }),
+            waker,
+            waiters: AtomicUsize::new(0),
+            last_wait: AtomicU64::new(0),
+            origin: Instant::now(),
+        });
+        let (l2, sh) = (lp.clone(), shared.clone());
+        let bg = std::thread::Builder::new().name("mr-progress".into()).spawn(move || background(&l2, &sh))?;
+        Ok(Polled { lp, bg: Some(bg) })
+    }
+
+    pub fn join(&mut self) {
+        self.lp.waker.0.wake().ok();
+        if let Some(t) = self.bg.take() {
+            let _ = t.join();
+        }
+    }
+
+    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut() -> bool, deadline: Option<Instant>) -> bool {
+        let lp = &self.lp;
+        lp.waiters.fetch_add(1, Ordering::AcqRel);
+        let r = loop {
+            if done() {
+                break true;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break done();
+            }
+            match lp.state.try_lock() {
+                Ok(mut st) => {
+                    let cap = deadline.map_or(Duration::from_millis(10), |d| (d - now).min(Duration::from_millis(10)));
+                    progress(shared, &mut st, cap);
+                }
+                Err(_) => {
+                    // Another thread runs the loop: get it out of epoll
+                    // and wait for its completions.
+                    lp.waker.0.wake().ok();
+                    let g = shared.lock();
+                    drop(shared.done_cv.wait_timeout(g, Duration::from_micros(200)));
+                }
+            }
+        };
+        lp.last_wait.store(lp.origin.elapsed().as_nanos() as u64, Ordering::Release);
+        lp.waiters.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+}
+
+fn background(lp: &Loop, shared: &Shared) {
+    while !shared.shutdown.load(Ordering::Acquire) {
+        let since = lp.origin.elapsed().saturating_sub(Duration::from_nanos(lp.last_wait.load(Ordering::Acquire)));
+        if lp.waiters.load(Ordering::Acquire) > 0 || since < HANDOFF {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let Ok(mut st) = lp.state.lock() else { return };
+        progress(shared, &mut st, super::MAX_SLEEP);
+        drop(st);
+        if lp.waiters.load(Ordering::Acquire) > 0 {
+            // Let the waiting thread take the loop.
+            shared.done_cv.notify_all();
+        }
+    }
+}
+
+/// One round: service rails that need it, then wait for readiness (at
+/// most `cap`), then service what became ready and run timers.
+fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
+    let n = shared.slots.len();
+    let mut busy = false;
+    for i in 0..n {
+        if st.more[i] || shared.slots[i].wake_pending.load(Ordering::Acquire) {
+            service(shared, st, i);
+            busy |= st.more[i];
+        }
+    }
+    let timers = shared.run_timers();
+    let deadlines = shared.slots.iter().map(|s| s.lock_conn().as_ref().and_then(|r| r.deadline()));
+    let timeout = if busy { Duration::ZERO } else { sleep_for(deadlines.chain([timers])).min(cap) };
+    let PollState { poll, events, .. } = st;
+    if let Err(e) = poll.poll(events, Some(timeout)) {
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            tracing::error!("epoll failed: {e}");
+        }
+        return;
+    }
+    let ready: Vec<usize> = st.events.iter().map(|e| e.token().0).filter(|&t| t < n).collect();
+    for i in ready {
+        service(shared, st, i);
+    }
+    for i in 0..n {
+        if shared.slots[i].wake_pending.load(Ordering::Acquire) {
+            service(shared, st, i);
+        }
+    }
+}
+
+fn service(shared: &Shared, st: &mut PollState, i: usize) {
+    let s = shared.service(i);
+    st.more[i] = s.more;
+    st.regs[i].update(st.poll.registry(), Token(i), shared, i, &s);
+}

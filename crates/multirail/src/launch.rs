@@ -1,0 +1,51 @@
+//! Where a process sits in the job: rank, size and the meeting point,
+//! from multirail's own variables or from the launcher that started it
+//! (Open MPI, MPICH/PMI, Slurm).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use crate::Error;
+use crate::config::env;
+
+/// This process's place in the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    pub rank: u32,
+    pub size: u32,
+    /// Where rank 0 listens for the others (`MULTIRAIL_ROOT`).
+    pub root: Option<String>,
+    /// Which variables the rank and size came from.
+    pub source: &'static str,
+}
+
+/// (rank variable, size variable, name) in order of preference.
+const SOURCES: [(&str, &str, &str); 4] = [
+    ("MULTIRAIL_RANK", "MULTIRAIL_SIZE", "MULTIRAIL_RANK/SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"),
+    ("PMI_RANK", "PMI_SIZE", "PMI"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "Slurm"),
+];
+
+impl JobInfo {
+    /// Reads the job from the environment; `None` when no launcher set it.
+    pub fn from_env() -> Result<Option<JobInfo>, Error> {
+        for (rv, sv, name) in SOURCES {
+            let (Some(r), Some(s)) = (env(rv), env(sv)) else { continue };
+            let rank: u32 = r.trim().parse().map_err(|_| Error::Config(format!("{rv}={r}: not a rank")))?;
+            let size: u32 = s.trim().parse().map_err(|_| Error::Config(format!("{sv}={s}: not a size")))?;
+            if size == 0 || rank >= size {
+                return Err(Error::Config(format!("{rv}={rank} is not below {sv}={size}")));
+            }
+            return Ok(Some(JobInfo { rank, size, root: env("MULTIRAIL_ROOT"), source: name }));
+        }
+        Ok(None)
+    }
+}
+
+/// Resolves `host:port`.
+pub fn resolve(addr: &str) -> Result<SocketAddr, Error> {
+    addr.to_socket_addrs()
+        .map_err(|e| Error::Config(format!("MULTIRAIL_ROOT={addr}: {e}")))?
+        .next()
+        .ok_or_else(|| Error::Config(format!("MULTIRAIL_ROOT={addr}: no address")))
+}

@@ -1,0 +1,65 @@
+//! Helpers for end-to-end tests: a job of N ranks as threads of this
+//! process, over real TCP loopback rails.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use multirail::{Builder, Config, Endpoint, Progress};
+
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// `n` loopback rails: 127.0.0.1, 127.0.0.2, ...
+pub fn rails(n: usize) -> String {
+    (1..=n).map(|i| format!("tcp:127.0.0.{i}")).collect::<Vec<_>>().join(",")
+}
+
+pub fn config(nrails: usize, progress: Progress) -> Config {
+    let mut c = Config::default();
+    c.rails = multirail_transport::RailSpec::parse_list(&rails(nrails)).unwrap();
+    c.progress = progress;
+    c.key = Some(b"test-key".to_vec());
+    c.setup_timeout = Duration::from_secs(20);
+    c
+}
+
+/// Runs `f(endpoint)` on `n` ranks (threads) and returns their results.
+pub fn job<T: Send>(n: u32, make: impl Fn(u32) -> Builder + Sync, f: impl Fn(Endpoint) -> T + Sync) -> Vec<T> {
+    let root = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = root.local_addr().unwrap();
+    let mut root = Some(root);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let b = make(r).rank(r, n);
+                let b = if r == 0 { b.root_listener(root.take().unwrap()) } else { b.root(addr) };
+                let f = &f;
+                s.spawn(move || f(b.build().expect("endpoint")))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+    })
+}
