@@ -564,6 +564,9 @@ impl Core {
         self.closing = true;
         let ids: Vec<PeerId> = self.peers.keys().copied().collect();
         for id in ids {
+            // Acknowledge everything first: the peer may be waiting for it
+            // before it closes too.
+            self.flush_acks(id, now, true);
             let p = self.peers.get_mut(&id).expect("id from keys");
             for (i, r) in p.rails.iter_mut().enumerate() {
                 if r.up {
@@ -572,13 +575,12 @@ impl Core {
                 }
             }
         }
-        let _ = now;
     }
 
     /// True once every send is written and acknowledged, so closing now
     /// loses nothing.
     pub fn is_quiescent(&self) -> bool {
-        self.peers.values().all(|p| p.out.is_empty() || p.failed.is_some())
+        self.peers.values().all(|p| p.out.is_empty() || p.failed.is_some() || p.closed_by_peer)
     }
 
     // ----- outputs -----
