@@ -61,6 +61,8 @@ pub enum RailError {
     Protocol(#[from] ProtocolError),
     #[error("killed by fault injection")]
     Killed,
+    #[error("replaced by a new connection from the peer")]
+    Replaced,
 }
 
 /// Receives frames from a rail. Implemented by the driver over the core.

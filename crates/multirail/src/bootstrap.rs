@@ -19,7 +19,8 @@ use crate::{Config, Error};
 pub const BOOT_RAIL: u16 = u16::MAX;
 const TABLE_MAGIC: u32 = 0x4d52_5442; // "MRTB"
 const ENTRY: usize = 19;
-const MAX_RANKS: u32 = 1 << 16;
+/// Largest job the address table describes.
+pub(crate) const MAX_RANKS: u32 = 1 << 16;
 const MAX_RAILS: usize = 256;
 
 /// An authenticated rail connection.
@@ -41,15 +42,16 @@ pub enum Root {
     Connect(SocketAddr),
 }
 
-/// What we know about ourselves during setup.
-pub(crate) struct Me<'a> {
-    pub cfg: &'a Config,
+/// What we know about ourselves, for setup and later reconnections.
+#[derive(Clone)]
+pub(crate) struct Me {
+    pub cfg: std::sync::Arc<Config>,
     pub rank: u32,
     pub size: u32,
     pub rails: Vec<Resolved>,
 }
 
-impl Me<'_> {
+impl Me {
     pub fn key(&self) -> &[u8] {
         self.cfg.key.as_deref().unwrap_or(&[])
     }
@@ -158,7 +160,7 @@ pub(crate) fn read_table(s: &mut impl Read, max_ranks: u32, rails: usize) -> Res
 }
 
 /// Binds one listener per rail on its local address.
-pub(crate) fn bind_rails(me: &Me<'_>) -> Result<Vec<TcpListener>, Error> {
+pub(crate) fn bind_rails(me: &Me) -> Result<Vec<TcpListener>, Error> {
     me.rails
         .iter()
         .enumerate()
@@ -174,7 +176,7 @@ fn remaining(deadline: Instant) -> Duration {
 }
 
 /// Rank 0: waits for every other rank, then sends everyone the table.
-pub(crate) fn gather(me: &Me<'_>, listener: &TcpListener, mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
+pub(crate) fn gather(me: &Me, listener: &TcpListener, mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
     let n = me.size as usize;
     let mut table: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
     table[0] = Some(mine);
@@ -223,7 +225,7 @@ pub(crate) fn gather(me: &Me<'_>, listener: &TcpListener, mine: Vec<SocketAddr>,
 }
 
 /// Other ranks: join at the root and learn the table.
-pub(crate) fn join(me: &Me<'_>, root: SocketAddr, mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
+pub(crate) fn join(me: &Me, root: SocketAddr, mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
     let mut s = loop {
         match TcpStream::connect_timeout(&root, remaining(deadline).min(Duration::from_secs(2))) {
             Ok(s) => break s,
@@ -248,7 +250,7 @@ pub(crate) fn join(me: &Me<'_>, root: SocketAddr, mine: Vec<SocketAddr>, deadlin
 }
 
 /// Connects rail `k` to `peer` at `addr` and authenticates it.
-pub(crate) fn connect_rail(me: &Me<'_>, peer: u32, k: usize, addr: SocketAddr) -> Result<Conn, String> {
+pub(crate) fn connect_rail(me: &Me, peer: u32, k: usize, addr: SocketAddr) -> Result<Conn, String> {
     let local = &me.rails[k];
     let mut stream = tcp::connect(local.ip, local.iface.as_deref(), addr, &me.cfg.socket)
         .map_err(|e| format!("rail {k} to rank {peer}: connect {} -> {addr}: {e}", local.ip))?;
@@ -261,7 +263,7 @@ pub(crate) fn connect_rail(me: &Me<'_>, peer: u32, k: usize, addr: SocketAddr) -
 }
 
 /// Accepts one rail connection on listener `k` and authenticates it.
-pub(crate) fn accept_rail(me: &Me<'_>, k: usize, mut stream: TcpStream) -> Result<Conn, HandshakeFailure> {
+pub(crate) fn accept_rail(me: &Me, k: usize, mut stream: TcpStream) -> Result<Conn, HandshakeFailure> {
     stream.set_nonblocking(false)?;
     tcp::tune(&stream, &me.cfg.socket)?;
     let hello = handshake::accept(&mut stream, &me.hello(k as u16), me.key(), me.cfg.handshake_timeout, |p| {
@@ -271,7 +273,7 @@ pub(crate) fn accept_rail(me: &Me<'_>, k: usize, mut stream: TcpStream) -> Resul
 }
 
 /// Connects every rail to every other rank.
-pub(crate) fn mesh(me: &Me<'_>, table: &Table, listeners: &[TcpListener], deadline: Instant) -> Result<Vec<Conn>, Error> {
+pub(crate) fn mesh(me: &Me, table: &Table, listeners: &[TcpListener], deadline: Instant) -> Result<Vec<Conn>, Error> {
     let higher = (me.size - 1 - me.rank) as usize;
     std::thread::scope(|sc| {
         let acceptors: Vec<_> = listeners
@@ -309,7 +311,7 @@ pub(crate) fn mesh(me: &Me<'_>, table: &Table, listeners: &[TcpListener], deadli
     })
 }
 
-fn accept_n(me: &Me<'_>, k: usize, l: &TcpListener, n: usize, deadline: Instant) -> Result<Vec<Conn>, String> {
+fn accept_n(me: &Me, k: usize, l: &TcpListener, n: usize, deadline: Instant) -> Result<Vec<Conn>, String> {
     let mut out: Vec<Conn> = Vec::new();
     l.set_nonblocking(true).map_err(|e| e.to_string())?;
     while out.len() < n {

@@ -146,7 +146,8 @@ pub struct Endpoint {
     rank: u32,
     size: u32,
     cfg: Config,
-    _listeners: Vec<TcpListener>,
+    /// Re-establishes failed rails (listeners and reconnect threads).
+    recovery: Option<crate::recovery::Recovery>,
 }
 
 fn now_plus(d: Option<Duration>) -> Option<Instant> {
@@ -170,6 +171,11 @@ impl Endpoint {
                     .into(),
             )
         })?;
+        Endpoint::from_job(cfg, &job)
+    }
+
+    /// An endpoint for `job` (from [`JobInfo::from_env`]) with settings `cfg`.
+    pub fn from_job(cfg: Config, job: &JobInfo) -> Result<Endpoint, Error> {
         let root = match (&job.root, job.size) {
             (_, 1) => None,
             (None, _) => return Err(Error::Config(format!("{}: MULTIRAIL_ROOT=host:port is not set", job.source))),
@@ -186,7 +192,7 @@ impl Endpoint {
 
     fn start(mut cfg: Config, rank: u32, size: u32, root: Option<Root>) -> Result<Endpoint, Error> {
         cfg.validate()?;
-        if size == 0 || rank >= size {
+        if size == 0 || rank >= size || size > bootstrap::MAX_RANKS {
             return Err(Error::Config(format!("rank {rank} of a job of {size}")));
         }
         if cfg.key.is_none() && size > 1 {
@@ -194,7 +200,8 @@ impl Endpoint {
         }
         cfg.proto.rank = rank;
         let rails = cfg.rails.iter().map(|s| s.resolve().map_err(Error::Config)).collect::<Result<Vec<_>, _>>()?;
-        let me = Me { cfg: &cfg, rank, size, rails };
+        let cfg = Arc::new(cfg);
+        let me = Me { cfg: cfg.clone(), rank, size, rails };
         let deadline = Instant::now() + cfg.setup_timeout;
         let listeners = bootstrap::bind_rails(&me)?;
         let mine: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?;
@@ -210,7 +217,11 @@ impl Endpoint {
             install(&shared, &cfg, c)?;
         }
         let engine = Engine::start(&shared, cfg.progress)?;
-        Ok(Endpoint { shared, engine: Some(engine), rank, size, cfg, _listeners: listeners })
+        let recovery = match cfg.reconnect {
+            Some(_) => Some(crate::recovery::Recovery::start(shared.clone(), me, listeners, table)?),
+            None => None,
+        };
+        Ok(Endpoint { shared, engine: Some(engine), rank, size, cfg: (*cfg).clone(), recovery })
     }
 
     fn make_shared(cfg: &Config, rank: u32, size: u32) -> Shared {
@@ -382,6 +393,9 @@ impl Endpoint {
         };
         engine.wait_until(shared, &mut flushed, Some(Instant::now() + Duration::from_secs(1)));
         engine.stop(shared);
+        if let Some(mut r) = self.recovery.take() {
+            r.stop();
+        }
         for s in &shared.slots {
             if let Some(mut r) = s.lock_conn().take() {
                 let _ = r.flush();
@@ -399,7 +413,7 @@ impl Drop for Endpoint {
 }
 
 /// Wraps an authenticated connection in a rail and hands it to the core.
-fn install(shared: &Shared, cfg: &Config, c: Conn) -> Result<(), Error> {
+pub(crate) fn install(shared: &Shared, cfg: &Config, c: Conn) -> Result<(), Error> {
     let spec = &cfg.rails[c.rail];
     let bandwidth = spec.bandwidth.unwrap_or(c.hello.bandwidth);
     let peer_addr = c.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();

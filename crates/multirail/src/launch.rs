@@ -36,10 +36,23 @@ impl JobInfo {
             if size == 0 || rank >= size {
                 return Err(Error::Config(format!("{rv}={rank} is not below {sv}={size}")));
             }
-            return Ok(Some(JobInfo { rank, size, root: env("MULTIRAIL_ROOT"), source: name }));
+            let root = env("MULTIRAIL_ROOT").or_else(|| single_node_root(name, size));
+            return Ok(Some(JobInfo { rank, size, root, source: name }));
         }
         Ok(None)
     }
+}
+
+/// Under Open MPI with every rank on one node, a meeting point on
+/// loopback derived from the job id, so `mpirun -np 2 prog` needs no
+/// MULTIRAIL_ROOT.
+fn single_node_root(source: &str, size: u32) -> Option<String> {
+    if source != "Open MPI" || env("OMPI_COMM_WORLD_LOCAL_SIZE")?.trim().parse::<u32>().ok()? != size {
+        return None;
+    }
+    let job = env("OMPI_MCA_ess_base_jobid").or_else(|| env("OMPI_MCA_orte_ess_jobid")).unwrap_or_default();
+    let h = crate::config::parse_job(&format!("ompi-{job}")).unwrap_or(0);
+    Some(format!("127.0.0.1:{}", 20000 + h % 20000))
 }
 
 /// Resolves `host:port`.

@@ -34,6 +34,7 @@ mod endpoint;
 mod engine;
 mod error;
 mod launch;
+mod recovery;
 mod shared;
 
 pub use bytes::{Bytes, BytesMut};

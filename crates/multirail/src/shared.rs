@@ -70,14 +70,11 @@ pub struct Shared {
 /// What servicing a slot found.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Serviced {
-    pub alive: bool,
     /// Output is queued in the rail: wait for writability.
     pub want_write: bool,
     /// The read budget ran out: service again without waiting.
     pub more: bool,
     pub deadline: Option<Instant>,
-    /// The rail failed during this service (the caller may reconnect).
-    pub failed: bool,
 }
 
 impl Shared {
@@ -209,15 +206,15 @@ impl Shared {
             Ok(r) => r.more,
             Err(e) => {
                 self.fail(i, &mut conn, e);
-                return Serviced { failed: true, ..Serviced::default() };
+                return Serviced::default();
             }
         };
         if let Err(e) = self.pump_send(s, rail.as_mut()) {
             self.fail(i, &mut conn, e);
-            return Serviced { failed: true, ..Serviced::default() };
+            return Serviced::default();
         }
         let rail = conn.as_ref().expect("still connected");
-        Serviced { alive: true, want_write: rail.queued_bytes() > 0, more, deadline: rail.deadline(), failed: false }
+        Serviced { want_write: rail.queued_bytes() > 0, more, deadline: rail.deadline() }
     }
 
     /// Sends what the core has for this rail, if the connection is free
@@ -275,22 +272,26 @@ impl Shared {
         });
     }
 
-    /// Installs a (re)connected rail and tells the core it is up.
+    /// Installs a (re)connected rail and tells the core it is up. A
+    /// connection it replaces is taken down first (its fragments move to
+    /// the other rails before this one rejoins).
     pub fn install(&self, i: usize, rail: Box<dyn Rail>, caps: multirail_proto::core::RailCaps, credits: u64) {
         let s = &self.slots[i];
         let mut conn = s.lock_conn();
-        if let Some(mut old) = conn.take() {
-            old.shutdown();
+        if conn.is_some() {
+            self.fail(i, &mut conn, RailError::Replaced);
         }
         s.close_requested.store(false, Ordering::Release);
         *conn = Some(rail);
-        drop(conn);
         self.with_core(|c, now| c.rail_up(s.peer, s.rail, caps, credits, now));
+        drop(conn);
         self.wake_slot(i);
     }
 
-    pub fn is_up(&self, i: usize) -> bool {
-        self.slots[i].lock_conn().is_some()
+    /// True if the core still wants rails to `peer` (it has not failed or
+    /// closed).
+    pub fn peer_wanted(&self, peer: PeerId) -> bool {
+        self.lock().core.peer_alive(peer)
     }
 
     /// Takes the completion of `req` if it is there.

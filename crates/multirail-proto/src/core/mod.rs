@@ -350,6 +350,11 @@ impl Core {
         self.peers.get(&peer).map_or(0, |p| p.rails.len())
     }
 
+    /// True unless `peer` failed or closed (rails to it are still wanted).
+    pub fn peer_alive(&self, peer: PeerId) -> bool {
+        self.peers.get(&peer).is_some_and(|p| p.failed.is_none() && !p.closed_by_peer) && !self.closing
+    }
+
     pub fn is_rail_up(&self, peer: PeerId, rail: RailId) -> bool {
         self.rail(peer, rail).is_some_and(|r| r.up)
     }

@@ -1,0 +1,95 @@
+//! Rails that die during transfers: nothing is lost, everything stays in
+//! order, and the rail comes back.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use multirail::{BytesMut, Endpoint, FaultConfig, Finished, Progress, Request};
+
+/// Rank 0 streams `count` messages of `size` to rank 1, which checks every
+/// byte; rail 1 is killed after `kill_after` and revived after `down_for`.
+fn stream_with_kill(progress: Progress, policy: &str, size: usize, count: usize, kill_after: Duration, down_for: Duration) {
+    let switch = Arc::new(AtomicBool::new(false));
+    let s2 = switch.clone();
+    let fault = FaultConfig { kill_switch: Some(switch.clone()), ..Default::default() };
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            std::thread::sleep(kill_after);
+            s2.store(true, Ordering::Release);
+            std::thread::sleep(down_for);
+            s2.store(false, Ordering::Release);
+        });
+        let results = job(
+            2,
+            |_| {
+                Endpoint::builder()
+                    .progress(progress)
+                    .policy(policy)
+                    .key("k")
+                    .heartbeat(Duration::from_millis(50))
+                    .fault(1, fault.clone())
+            },
+            |ep| {
+                let t0 = Instant::now();
+                for round in 0..count / 16 {
+                    if ep.rank() == 0 {
+                        let reqs: Vec<Request> = (0..16)
+                            .map(|i| {
+                                let n = (round * 16 + i) as u64;
+                                ep.isend(1, n, pattern(n, size)).unwrap().into()
+                            })
+                            .collect();
+                        for r in ep.wait_all(reqs) {
+                            r.unwrap();
+                        }
+                    } else {
+                        let reqs: Vec<Request> =
+                            (0..16).map(|_| ep.irecv(Some(0), None, BytesMut::zeroed(size)).unwrap().into()).collect();
+                        for (i, r) in ep.wait_all(reqs).into_iter().enumerate() {
+                            let Finished::Received(buf, st) = r.unwrap() else { panic!() };
+                            let n = (round * 16 + i) as u64;
+                            assert_eq!(st.tag, n, "in order");
+                            assert!(buf[..] == pattern(n, size)[..], "message {n} intact");
+                        }
+                    }
+                }
+                ep.barrier().unwrap();
+                let peer = 1 - ep.rank();
+                // Wait (bounded) for the revived rail to rejoin.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !ep.rail_stats(peer).iter().all(|r| r.up) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let stats = ep.rail_stats(peer);
+                (ep.rank(), t0.elapsed(), stats, ep.rail_errors())
+            },
+        );
+        for (rank, took, stats, errors) in results {
+            eprintln!("rank {rank}: took {took:?}, downs {:?}, retransmits {:?}", stats.iter().map(|r| r.downs).collect::<Vec<_>>(), stats.iter().map(|r| r.retransmits).collect::<Vec<_>>());
+            assert!(stats.iter().all(|r| r.up), "rank {rank}: rails back up: {stats:?}");
+            if took > kill_after + Duration::from_millis(100) {
+                assert!(stats[1].downs >= 1, "rank {rank}: rail 1 went down during the run: {stats:?} {errors:?}");
+            }
+        }
+    });
+}
+
+#[test]
+fn rail_killed_mid_stream_polled() {
+    stream_with_kill(Progress::Polled, "*:stripe", 1 << 20, 256, Duration::from_millis(150), Duration::from_millis(300));
+}
+
+#[test]
+fn rail_killed_mid_stream_threaded() {
+    stream_with_kill(Progress::Threaded, "16K:single,*:adaptive", 300_000, 512, Duration::from_millis(150), Duration::from_millis(300));
+}
+
+#[test]
+fn small_messages_survive_a_kill() {
+    // Round-robin puts every other small message on rail 1.
+    stream_with_kill(Progress::Polled, "*:round-robin", 1000, 4096, Duration::from_millis(50), Duration::from_millis(200));
+}
