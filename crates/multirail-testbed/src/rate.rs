@@ -1,0 +1,281 @@
+//! Link rates, written the way `tc` writes them.
+//!
+//! Accepted: a decimal number (fractions allowed) followed by `bit`, `kbit`,
+//! `mbit`, `gbit`, `tbit` (powers of 1000) or `kibit`, `mibit`, `gibit`,
+//! `tibit` (powers of 1024), case-insensitive; a bare number means bits per
+//! second, as in `tc`. `tc`'s byte units (`bps`, `kbps`, `Mbps`, ...) are
+//! refused: `tc` reads `100Mbps` as 100 *megabytes* per second, which is
+//! almost never what someone typing it means.
+//!
+//! The kernel stores rates in whole bytes per second, so a [`Rate`] does too;
+//! `1001bit` becomes 125 bytes/s, shown as `1kbit`, exactly as `tc` would.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::{Error, Result};
+
+/// A shaping rate in bytes per second (the kernel's unit), shown in bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rate {
+    bytes_per_sec: u64,
+}
+
+/// Bit units and their multipliers (the whole suffix is compared, so order
+/// does not matter). The empty suffix is `tc`'s bare number: bits.
+const UNITS: &[(&str, u128)] = &[
+    ("", 1),
+    ("bit", 1),
+    ("kbit", 1_000),
+    ("mbit", 1_000_000),
+    ("gbit", 1_000_000_000),
+    ("tbit", 1_000_000_000_000),
+    ("kibit", 1 << 10),
+    ("mibit", 1 << 20),
+    ("gibit", 1 << 30),
+    ("tibit", 1 << 40),
+];
+
+/// Units tried, largest first, when formatting; the first that divides the
+/// rate exactly wins.
+const DISPLAY_UNITS: &[(&str, u64)] = &[
+    ("tbit", 1_000_000_000_000),
+    ("gbit", 1_000_000_000),
+    ("mbit", 1_000_000),
+    ("kbit", 1_000),
+];
+
+/// Most fraction digits accepted (`1.000000001gbit` is one bit more).
+const MAX_FRACTION_DIGITS: u32 = 12;
+
+impl Rate {
+    /// A rate of `bytes_per_sec` bytes per second; `None` for zero.
+    pub const fn from_bytes_per_sec(bytes_per_sec: u64) -> Option<Rate> {
+        if bytes_per_sec == 0 {
+            None
+        } else {
+            Some(Rate { bytes_per_sec })
+        }
+    }
+
+    /// A rate of `bits` bits per second, truncated to whole bytes like `tc`;
+    /// `None` below 8 bit/s.
+    pub const fn from_bits_per_sec(bits: u64) -> Option<Rate> {
+        Rate::from_bytes_per_sec(bits / 8)
+    }
+
+    /// Bytes per second, the unit `tc` and the kernel use.
+    pub const fn bytes_per_sec(self) -> u64 {
+        self.bytes_per_sec
+    }
+
+    /// Bits per second.
+    pub const fn bits_per_sec(self) -> u64 {
+        self.bytes_per_sec.saturating_mul(8)
+    }
+
+    /// The argument to give `tc ... rate`: exact, in bits.
+    pub fn tc_arg(self) -> String {
+        format!("{}bit", self.bits_per_sec())
+    }
+}
+
+impl FromStr for Rate {
+    type Err = Error;
+    fn from_str(text: &str) -> Result<Rate> {
+        let bad = |reason: &str| Error::InvalidRate {
+            input: text.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let trimmed = text.trim();
+        let split = trimmed
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(trimmed.len());
+        let (number, suffix) = trimmed.split_at(split);
+        let scale = unit_scale(suffix).map_err(|reason| bad(&reason))?;
+        let bits = scale_decimal(number, scale).map_err(|reason| bad(&reason))?;
+        let bits = u64::try_from(bits).map_err(|_| bad("too large"))?;
+        Rate::from_bits_per_sec(bits)
+            .ok_or_else(|| bad("must be at least 8bit (one byte per second)"))
+    }
+}
+
+/// Multiplier of a unit suffix, or why it is refused.
+fn unit_scale(suffix: &str) -> std::result::Result<u128, String> {
+    let lower = suffix.to_ascii_lowercase();
+    if let Some(&(_, scale)) = UNITS.iter().find(|(name, _)| *name == lower) {
+        return Ok(scale);
+    }
+    if lower.ends_with("bps") {
+        return Err(format!(
+            "byte units like `{suffix}` are refused (tc reads them as bytes per second); \
+             write bits: `kbit`, `mbit`, `gbit`"
+        ));
+    }
+    Err(format!(
+        "unknown unit `{suffix}`: use bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit or tibit"
+    ))
+}
+
+/// `number × scale`, computed exactly and truncated to an integer.
+fn scale_decimal(number: &str, scale: u128) -> std::result::Result<u128, String> {
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if int_part.is_empty() && frac_part.is_empty() {
+        return Err("expected a number, e.g. `2gbit` or `500mbit`".to_owned());
+    }
+    if frac_part.contains('.') {
+        return Err("more than one decimal point".to_owned());
+    }
+    let frac_digits = u32::try_from(frac_part.len()).unwrap_or(u32::MAX);
+    if frac_digits > MAX_FRACTION_DIGITS {
+        return Err(format!(
+            "at most {MAX_FRACTION_DIGITS} digits after the point"
+        ));
+    }
+    let digits = format!("{int_part}{frac_part}");
+    let too_large = || "too large".to_owned();
+    let mantissa: u128 = digits.parse().map_err(|_| too_large())?;
+    let scaled = mantissa.checked_mul(scale).ok_or_else(too_large)?;
+    Ok(scaled / 10u128.pow(frac_digits))
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bits = self.bits_per_sec();
+        for &(name, scale) in DISPLAY_UNITS {
+            if bits % scale == 0 {
+                return write!(f, "{}{name}", bits / scale);
+            }
+        }
+        write!(f, "{bits}bit")
+    }
+}
+
+impl Serialize for Rate {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses `2gbit` (one rate) or `1gbit,3gbit` (one per rail).
+pub fn parse_rates(text: &str) -> Result<Vec<Rate>> {
+    text.split(',').map(str::parse).collect()
+}
+
+/// Formats rates back into the `1gbit,3gbit` form.
+pub fn format_rates(rates: &[Rate]) -> String {
+    let parts: Vec<String> = rates.iter().map(Rate::to_string).collect();
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bits(text: &str) -> u64 {
+        text.parse::<Rate>().unwrap().bits_per_sec()
+    }
+
+    #[test]
+    fn tc_bit_units() {
+        assert_eq!(bits("2gbit"), 2_000_000_000);
+        assert_eq!(bits("500mbit"), 500_000_000);
+        assert_eq!(bits("64kbit"), 64_000);
+        assert_eq!(bits("800bit"), 800);
+        assert_eq!(bits("800"), 800, "bare number is bits, as in tc");
+        assert_eq!(bits("1tbit"), 1_000_000_000_000);
+        assert_eq!(bits("1kibit"), 1024);
+        assert_eq!(bits("1mibit"), 1 << 20);
+        assert_eq!(bits("1gibit"), 1 << 30);
+    }
+
+    #[test]
+    fn case_fractions_and_spaces() {
+        assert_eq!(bits("2Gbit"), 2_000_000_000);
+        assert_eq!(bits("1.5gbit"), 1_500_000_000);
+        assert_eq!(bits(".5mbit"), 500_000);
+        assert_eq!(bits("2.gbit"), 2_000_000_000);
+        assert_eq!(bits(" 1gbit "), 1_000_000_000);
+    }
+
+    #[test]
+    fn truncates_to_whole_bytes_like_tc() {
+        assert_eq!(bits("1001bit"), 1000);
+        assert_eq!("1001bit".parse::<Rate>().unwrap().bytes_per_sec(), 125);
+    }
+
+    #[test]
+    fn rejects_nonsense() {
+        for bad in [
+            "",
+            "gbit",
+            "2 gbit",
+            "2xbit",
+            "-1gbit",
+            "1.2.3gbit",
+            "0",
+            "7bit",
+            "1e9",
+        ] {
+            assert!(bad.parse::<Rate>().is_err(), "{bad:?} should be rejected");
+        }
+        assert!("99999999999999999999tbit".parse::<Rate>().is_err());
+    }
+
+    #[test]
+    fn byte_units_are_refused_with_a_reason() {
+        let err = "100Mbps".parse::<Rate>().unwrap_err().to_string();
+        assert!(err.contains("bytes per second"), "{err}");
+        assert!(err.contains("mbit"), "{err}");
+    }
+
+    #[test]
+    fn display_round_trips() {
+        let cases = [
+            ("2gbit", "2gbit"),
+            ("2000mbit", "2gbit"),
+            ("1500mbit", "1500mbit"),
+            ("64kbit", "64kbit"),
+            ("1000bit", "1kbit"),
+            ("1tbit", "1tbit"),
+            ("8bit", "8bit"),
+        ];
+        for (text, shown) in cases {
+            let rate: Rate = text.parse().unwrap();
+            assert_eq!(rate.to_string(), shown);
+            assert_eq!(rate.to_string().parse::<Rate>().unwrap(), rate);
+        }
+        let odd: Rate = "1mibit".parse().unwrap();
+        assert_eq!(odd.to_string(), "1048576bit");
+        assert_eq!(odd.tc_arg(), "1048576bit");
+    }
+
+    #[test]
+    fn rate_lists() {
+        let rates = parse_rates("1gbit,3gbit").unwrap();
+        assert_eq!(
+            rates.iter().map(|r| r.bits_per_sec()).collect::<Vec<_>>(),
+            [1_000_000_000, 3_000_000_000]
+        );
+        assert_eq!(format_rates(&rates), "1gbit,3gbit");
+        assert_eq!(parse_rates("2gbit").unwrap().len(), 1);
+        assert!(parse_rates("1gbit,").is_err());
+        assert!(parse_rates("").is_err());
+    }
+
+    #[test]
+    fn serde_as_string() {
+        let rate: Rate = "2gbit".parse().unwrap();
+        assert_eq!(serde_json::to_string(&rate).unwrap(), "\"2gbit\"");
+        assert_eq!(serde_json::from_str::<Rate>("\"2gbit\"").unwrap(), rate);
+    }
+}
