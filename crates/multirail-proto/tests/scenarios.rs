@@ -74,6 +74,12 @@ fn send_and_verify(sim: &mut Sim, sizes: &[usize], post_first: bool) {
         assert!(matches!(sim.take(0, s), Some(Done::Send(Ok(())))));
     }
     assert!(sim.errors.is_empty(), "{:?}", sim.errors);
+    // Everything sent gets acknowledged and released.
+    assert!(
+        sim.run_until(Duration::from_secs(1), |s| s.nodes[0].unacked_messages() == 0),
+        "{} messages never acknowledged",
+        sim.nodes[0].unacked_messages()
+    );
 }
 
 #[test]

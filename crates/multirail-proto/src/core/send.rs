@@ -310,7 +310,9 @@ impl Core {
             }
             let Some(m) = p.out.get_mut(&range.seq) else { continue };
             let end = range.offset + range.len as u64;
-            for (&off, f) in m.frags.range_mut(range.offset..end) {
+            // `max(offset + 1)`: an empty range acknowledges the empty
+            // fragment of an empty message.
+            for (&off, f) in m.frags.range_mut(range.offset..end.max(range.offset + 1)) {
                 if off + f.len as u64 > end || f.state == FragState::Acked {
                     continue;
                 }

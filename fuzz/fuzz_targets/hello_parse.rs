@@ -1,0 +1,30 @@
+//! Handshake messages: parse never panics; an acceptor fed arbitrary bytes
+//! refuses them with a reason or answers, never panics.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use multirail_proto::handshake::{AcceptorWaiting, LocalHello};
+use multirail_proto::wire::HelloRepr;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(h) = HelloRepr::parse(data) {
+        assert_eq!(&h.to_bytes()[..], &data[..HelloRepr::LEN]);
+    }
+    let local = LocalHello {
+        job_id: 7,
+        rank: 0,
+        size: 2,
+        rail_index: 0,
+        rail_count: 2,
+        bandwidth: 0,
+        latency_ns: 0,
+        max_frame: 1 << 20,
+        credits: 1 << 20,
+        nonce: [1; 32],
+    };
+    match AcceptorWaiting::new(&local, b"key").on_hello(data) {
+        Ok((state, _, _)) => {
+            let _ = state.on_auth(data.get(HelloRepr::LEN..).unwrap_or(&[]));
+        }
+        Err(e) => assert!(e.reject_reason().is_some()),
+    }
+});
