@@ -1,3 +1,39 @@
+//! The `multirail` command. `main` only parses, dispatches and turns
+//! errors into exit codes; each command lives in its own module.
+
+mod bench;
+mod cli;
+mod info;
+mod launch;
+mod run;
+mod testbed;
+
+use clap::Parser;
+
 fn main() {
-    println!("Hello, world!");
+    let cli = cli::Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+    let result = match cli.command {
+        cli::Command::Info { json } => info::run(json).map(|()| 0),
+        cli::Command::Bench(args) => bench::run(*args),
+        cli::Command::Testbed { command } => testbed::run(command),
+        cli::Command::Run(args) => run::run(args),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            // A closed pipe (`| head`) is not an error worth a message.
+            if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+                std::process::exit(0);
+            }
+            eprintln!("multirail: error: {e:#}");
+            std::process::exit(2);
+        }
+    }
 }

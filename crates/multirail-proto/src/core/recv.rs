@@ -240,7 +240,8 @@ impl Core {
     }
 
     fn is_done(&self, peer: PeerId, seq: u64) -> bool {
-        self.peers[&peer].done.contains(seq, seq + 1)
+        // u64::MAX is never a delivered message (and `seq + 1` would overflow).
+        seq.checked_add(1).is_some_and(|end| self.peers[&peer].done.contains(seq, end))
     }
 
     fn rx_eager(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) -> Result<PayloadDest, ProtocolError> {

@@ -1,0 +1,272 @@
+//! `multirail bench`: OSU-style benchmarks. The command is a launcher
+//! (local ranks, testbed ranks, comparisons) or a rank (started by us, by
+//! mpirun/srun, or as --server/--connect); the kernels and report writers
+//! live in multirail-perf.
+
+mod fail;
+mod rank;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use anyhow::{Context, bail};
+use multirail::{Config, JobInfo};
+use multirail_perf::compare::{self, CompareKey};
+use multirail_perf::report::json::JsonRecord;
+use multirail_perf::{BenchSpec, SizeResult, Test};
+use multirail_proto::units::parse_size;
+
+use crate::cli::{BenchArgs, TestName};
+use crate::launch::{self, RankEnv};
+
+pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    let launched = std::env::var_os(launch::LAUNCHED).is_some();
+    if launched {
+        let job = JobInfo::from_env()?.context("MULTIRAIL_LAUNCHED is set but MULTIRAIL_RANK/SIZE are not")?;
+        return rank::run(&args, &job);
+    }
+    if !args.compare.is_empty() {
+        return run_compare(&args);
+    }
+    if let Some(job) = JobInfo::from_env()? {
+        // Started by mpirun/srun (or by hand with MULTIRAIL_RANK/SIZE).
+        return rank::run(&args, &job);
+    }
+    if args.server {
+        let key = key_for_server();
+        let job = JobInfo { rank: 0, size: 2, root: Some(format!("0.0.0.0:{}", args.port)), source: "--server" };
+        if !args.quiet {
+            eprintln!("# waiting for the client on port {}; on the other host run:", args.port);
+            eprintln!("#   MULTIRAIL_KEY={key} multirail bench {} --connect THIS_HOST:{} ...", test_of(args.test), args.port);
+        }
+        return rank::run_with_key(&args, &job, Some(key));
+    }
+    if let Some(addr) = &args.connect {
+        let job = JobInfo { rank: 1, size: 2, root: Some(addr.clone()), source: "--connect" };
+        return rank::run(&args, &job);
+    }
+    let (code, _) = launch_local(&args, &[], false)?;
+    Ok(code)
+}
+
+/// The server's key: MULTIRAIL_KEY, or a fresh one the client is told.
+fn key_for_server() -> String {
+    std::env::var("MULTIRAIL_KEY").ok().filter(|k| !k.is_empty()).unwrap_or_else(multirail::generate_key)
+}
+
+pub fn test_of(t: TestName) -> Test {
+    match t {
+        TestName::Latency => Test::Latency,
+        TestName::Bw => Test::Bw,
+        TestName::Bibw => Test::Bibw,
+        TestName::MbwMr => Test::MbwMr,
+        TestName::MultiLat => Test::MultiLat,
+    }
+}
+
+/// Ranks a local run needs.
+fn ranks_for(args: &BenchArgs) -> u32 {
+    if test_of(args.test).uses_pairs() { 2 * args.pairs.max(1) } else { 2 }
+}
+
+/// `8` | `1K:4M` (OSU's doubling from the first to the last) | `8,64K,1M`.
+pub fn parse_sizes(s: &str) -> anyhow::Result<Vec<u64>> {
+    let s = s.trim();
+    if let Some((a, b)) = s.split_once(':') {
+        let (lo, hi) = (parse_size(a).map_err(anyhow::Error::msg)?, parse_size(b).map_err(anyhow::Error::msg)?);
+        if lo > hi {
+            bail!("--sizes {s}: the range must go from small to large");
+        }
+        return Ok(multirail_perf::osu_sizes(lo, hi));
+    }
+    let v: Vec<u64> = s.split(',').map(|x| parse_size(x).map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
+    if v.is_empty() {
+        bail!("--sizes: no sizes given");
+    }
+    Ok(v)
+}
+
+/// The benchmark to run, from the flags.
+pub fn spec_of(args: &BenchArgs, ranks: u32) -> anyhow::Result<BenchSpec> {
+    let test = test_of(args.test);
+    let mut spec = BenchSpec::new(test);
+    if let Some(s) = &args.sizes {
+        spec.sizes = parse_sizes(s)?;
+    }
+    spec.iterations = args.iterations;
+    spec.warmup = args.warmup;
+    spec.window = args.window;
+    spec.pairs = if test.uses_pairs() { args.pairs.max(1) } else { 1 };
+    spec.validate = args.validate;
+    spec.check(ranks)?;
+    Ok(spec)
+}
+
+/// Settings: defaults, then MULTIRAIL_* variables, then flags.
+pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
+    let mut c = Config::from_env()?;
+    if let Some(r) = &args.rails {
+        c.rails = multirail_transport::RailSpec::parse_list(r).map_err(|e| anyhow::anyhow!("--rails {r}: {e}"))?;
+    }
+    if let Some(p) = &args.policy {
+        c.proto.policy = p.parse().map_err(|e| anyhow::anyhow!("--policy: {e}"))?;
+    }
+    if let Some(p) = &args.progress {
+        c.progress = p.parse().map_err(|e| anyhow::anyhow!("--progress: {e}"))?;
+    }
+    if let Some(v) = &args.eager_limit {
+        c.proto.eager_limit = parse_size(v).map_err(|e| anyhow::anyhow!("--eager-limit: {e}"))?;
+    }
+    if let Some(v) = &args.chunk {
+        c.proto.chunk = parse_size(v).map_err(|e| anyhow::anyhow!("--chunk: {e}"))?;
+    }
+    if args.checksum {
+        c.proto.checksum = true;
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+/// Starts every rank of a local (or testbed) job as a child process with
+/// the same arguments plus `extra`; rank 0's stdout is ours unless
+/// `capture`, in which case its lines are returned.
+fn launch_local(args: &BenchArgs, extra: &[String], capture: bool) -> anyhow::Result<(i32, Vec<String>)> {
+    let np = ranks_for(args);
+    // Check the flags here, once, before starting anything.
+    spec_of(args, np)?;
+    config_of(args)?;
+    let pins = launch::parse_pin(&args.pin, np)?;
+    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np)?;
+    let root_ip = placement.as_ref().map_or("127.0.0.1".to_string(), |p| p.root_ip.clone());
+    let root = format!("{root_ip}:{}", launch::free_port("127.0.0.1")?);
+    let key = std::env::var("MULTIRAIL_KEY").ok().filter(|k| !k.is_empty()).unwrap_or_else(multirail::generate_key);
+    let job = format!("bench-{}-{}", std::process::id(), multirail::generate_key());
+    let exe = std::env::current_exe().context("cannot find the multirail executable")?;
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    argv.extend(extra.iter().cloned());
+    let mut children = Vec::new();
+    for rank in 0..np {
+        let mut env = RankEnv { rank, size: np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
+        let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
+        if let Some(p) = &placement {
+            let rails: Vec<&str> = p.hosts[rank as usize].rails.split(',').collect();
+            let n = args.testbed_rails.unwrap_or(rails.len()).clamp(1, rails.len());
+            env.extra.push(("MULTIRAIL_RAILS".into(), rails[..n].join(",")));
+            env.extra.push((fail::TESTBED_HOST.into(), rank.to_string()));
+        }
+        let mut cmd = launch::rank_command(&exe.to_string_lossy(), &argv, pins[rank as usize], netns.as_deref());
+        env.apply(&mut cmd);
+        cmd.stdout(if capture && rank == 0 { Stdio::piped() } else { launch::stdout_for(rank) });
+        match cmd.spawn().with_context(|| format!("starting rank {rank}")) {
+            Ok(c) => children.push((rank, c)),
+            Err(e) => {
+                launch::kill_all(&mut children);
+                return Err(e);
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    if capture {
+        if let Some(out) = children.first_mut().and_then(|(_, c)| c.stdout.take()) {
+            for l in BufReader::new(out).lines() {
+                lines.push(l?);
+            }
+        }
+    }
+    Ok((launch::wait_all(children)?, lines))
+}
+
+/// `--compare`: every configuration once per round, alternating, then
+/// medians side by side with ratios to the first.
+fn run_compare(args: &BenchArgs) -> anyhow::Result<i32> {
+    let configs: Vec<Vec<(CompareKey, String)>> = args
+        .compare
+        .iter()
+        .map(|c| c.split(';').filter(|x| !x.trim().is_empty()).map(compare::parse_assignment).collect::<Result<_, _>>())
+        .collect::<Result<_, _>>()?;
+    let labels: Vec<String> = args.compare.clone();
+    let mut results: Vec<Vec<Vec<SizeResult>>> = vec![Vec::new(); configs.len()];
+    let rounds = args.rounds.max(1);
+    for round in 0..rounds {
+        for (i, cfg) in configs.iter().enumerate() {
+            if !args.quiet {
+                eprintln!("# round {}/{rounds}: {}", round + 1, labels[i]);
+            }
+            let mut extra: Vec<String> = vec!["--json".into(), "--quiet".into()];
+            for (k, v) in cfg {
+                extra.push(format!("--{}", k.name()));
+                extra.push(v.clone());
+            }
+            let mut sub = args.clone();
+            sub.compare.clear();
+            apply_assignments(&mut sub, cfg);
+            let (code, lines) = launch_local(&sub, &extra, true)?;
+            if code != 0 {
+                bail!("configuration '{}' failed in round {} (exit {code})", labels[i], round + 1);
+            }
+            let parsed: Vec<SizeResult> = lines
+                .iter()
+                .filter(|l| l.starts_with('{'))
+                .map(|l| serde_json::from_str::<JsonRecord>(l).map(record_to_result))
+                .collect::<Result<_, _>>()
+                .context("reading a rank's JSON output")?;
+            results[i].push(parsed);
+        }
+    }
+    let cmp = compare::compare(test_of(args.test), &labels, &results)?;
+    if args.json {
+        print!("{}", compare::json_lines(&cmp));
+    } else {
+        println!("# multirail bench {} --compare: median of {rounds} rounds per configuration, alternating", test_of(args.test));
+        print!("{}", compare::table(&cmp));
+    }
+    Ok(0)
+}
+
+/// Applies comparison assignments to a copy of the flags (so the launcher
+/// checks and places ranks with them).
+fn apply_assignments(a: &mut BenchArgs, cfg: &[(CompareKey, String)]) {
+    for (k, v) in cfg {
+        match k {
+            CompareKey::Policy => a.policy = Some(v.clone()),
+            CompareKey::Rails => a.rails = Some(v.clone()),
+            CompareKey::Progress => a.progress = Some(v.clone()),
+            CompareKey::EagerLimit => a.eager_limit = Some(v.clone()),
+            CompareKey::Chunk => a.chunk = Some(v.clone()),
+            CompareKey::Window => a.window = v.parse().unwrap_or(a.window),
+        }
+    }
+}
+
+fn record_to_result(r: JsonRecord) -> SizeResult {
+    SizeResult {
+        size: r.size,
+        value: r.value,
+        unit: r.unit,
+        msg_rate: r.msg_rate,
+        percentiles: match (r.p50, r.p90, r.p99) {
+            (Some(p50), Some(p90), Some(p99)) => Some(multirail_perf::Percentiles { p50, p90, p99 }),
+            _ => None,
+        },
+        iterations: r.iterations,
+        warmup: r.warmup,
+        rail_bytes: r.rail_bytes,
+        elapsed: std::time::Duration::from_secs_f64(r.elapsed_s.max(0.0)),
+        capped: r.capped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_sizes("8").unwrap(), vec![8]);
+        assert_eq!(parse_sizes("1K:8K").unwrap(), vec![1024, 2048, 4096, 8192]);
+        assert_eq!(parse_sizes("0:4").unwrap(), vec![0, 1, 2, 4]);
+        assert_eq!(parse_sizes("8,64K,1M").unwrap(), vec![8, 65536, 1 << 20]);
+        assert!(parse_sizes("4M:1K").is_err());
+        assert!(parse_sizes("x").is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! One rank of a benchmark: build the endpoint, run the sweep, and (rank
+//! 0) print each size's row as soon as it is measured.
+
+use std::io::{IsTerminal, Write};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use multirail::{Endpoint, JobInfo};
+use multirail_perf::report::{csv, json, osu};
+use multirail_perf::{BenchError, Progress, RunInfo};
+
+use super::{config_of, fail, spec_of};
+use crate::cli::BenchArgs;
+
+pub fn run(args: &BenchArgs, job: &JobInfo) -> anyhow::Result<i32> {
+    run_with_key(args, job, None)
+}
+
+pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> anyhow::Result<i32> {
+    let mut cfg = config_of(args)?;
+    if let Some(k) = key {
+        cfg.key = Some(k.into_bytes());
+    }
+    let spec = spec_of(args, job.size)?;
+    let failure = match args.fail_rail.as_deref() {
+        Some(s) => Some(fail::FailPlan::parse(s)?.prepare(&mut cfg, job.rank)?),
+        None => None,
+    };
+    let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
+    let lead = ep.rank() == 0;
+    let info = RunInfo::from_endpoint(&ep, &spec);
+    let opts = osu::TableOptions { rail_stats: args.rail_stats, percentiles: false };
+    let mut out = std::io::stdout().lock();
+    if lead {
+        let head = if args.json {
+            String::new()
+        } else if args.csv {
+            csv::header(info.rails.len())
+        } else {
+            osu::header(&info, &opts)
+        };
+        out.write_all(head.as_bytes())?;
+        out.flush()?;
+    }
+    let bar = progress_bar(lead && !args.quiet, spec.sizes.len());
+    let mut write_err = None;
+    let mut sweep = || multirail_perf::run(&ep, &spec, &mut |p| match p {
+        Progress::Start { size, .. } => bar.set_message(format!("size {}", multirail_proto::units::format_size(size))),
+        Progress::Done { result: Some(r), .. } => {
+            bar.inc(1);
+            let line = if args.json {
+                json::line(&info, r)
+            } else if args.csv {
+                csv::row(&info, r)
+            } else {
+                osu::row(&info, r, &opts)
+            };
+            if let Err(e) = out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
+                write_err.get_or_insert(e);
+            }
+        }
+        Progress::Done { .. } => bar.inc(1),
+    });
+    let res = match failure.as_ref().filter(|_| lead) {
+        Some(inj) => {
+            let (res, report) = inj.watch(&ep, 1, &mut sweep);
+            if !args.quiet {
+                eprint!("{report}");
+            }
+            res
+        }
+        None => sweep(),
+    };
+    bar.finish_and_clear();
+    if let Some(e) = write_err {
+        return Err(e.into());
+    }
+    let code = match res {
+        Ok(_) => 0,
+        Err(BenchError::Validation(v)) => {
+            eprintln!("multirail: validation failed on rank {}: {v}", ep.rank());
+            1
+        }
+        Err(e) => return Err(e).context(format!("rank {}", ep.rank())),
+    };
+    ep.close().with_context(|| format!("rank {}: closing", job.rank))?;
+    Ok(code)
+}
+
+fn progress_bar(show: bool, len: usize) -> ProgressBar {
+    if !show || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} sizes  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}

@@ -1,0 +1,242 @@
+//! Command-line definitions. Flags are parsed here and validated into
+//! plans elsewhere (`bench::Plan`, `launch::Mode`).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const ABOUT: &str = "Several network links as one fast, ordered, reliable message channel — and the tools to measure it.";
+
+const LONG_ABOUT: &str = "\
+multirail makes several network links (\"rails\": NICs, ports, TCP connections over
+different interfaces) act as one ordered, reliable message channel between
+processes, and measures interconnects the way HPC engineers do.
+
+Start here:
+  multirail info                       which rails this machine has
+  multirail bench latency              OSU-style latency over two loopback rails
+  multirail bench bw --rails tcp:127.0.0.1 --compare policy=single policy=adaptive
+  sudo multirail testbed up --rate 1gbit,3gbit    an emulated dual-rail cluster
+  sudo multirail bench bw --testbed               ... measured on it
+
+Settings can also come from MULTIRAIL_* environment variables (see the README).";
+
+#[derive(Debug, Parser)]
+#[command(name = "multirail", version, about = ABOUT, long_about = LONG_ABOUT, args_override_self = true)]
+pub struct Cli {
+    /// Log level filter (error, warn, info, debug, trace); also MULTIRAIL_LOG.
+    #[arg(long, global = true, env = "MULTIRAIL_LOG", default_value = "warn")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the network interfaces and addresses usable as rails.
+    Info {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run an OSU-style benchmark over multirail.
+    #[command(long_about = BENCH_ABOUT)]
+    Bench(Box<BenchArgs>),
+    /// Build, inspect and remove an emulated multi-rail cluster (network
+    /// namespaces joined by shaped links; needs root).
+    Testbed {
+        #[command(subcommand)]
+        command: TestbedCommand,
+    },
+    /// Launch N ranks of any program with the environment they need to meet
+    /// (MULTIRAIL_RANK, MULTIRAIL_SIZE, MULTIRAIL_ROOT, MULTIRAIL_KEY, and
+    /// MULTIRAIL_RAILS inside a testbed).
+    Run(RunArgs),
+}
+
+const BENCH_ABOUT: &str = "\
+Run an OSU-style benchmark over multirail.
+
+Tests (OSU semantics; MB = 10^6 bytes):
+  latency    ping-pong between two ranks; one-way latency = round trip / 2
+  bw         rank 0 sends windows of non-blocking messages, rank 1 replies per window
+  bibw       both ranks send windows at once; both directions counted
+  mbw_mr     N pairs run bw at once (--pairs N); aggregate MB/s and messages/s
+  multi_lat  N pairs run latency at once; average latency
+
+How ranks start:
+  (default)          --local: the peer processes are started on this machine
+  --server [--port]  this process is rank 0 and waits for the client
+  --connect H:P      this process is rank 1 and joins the server at H:P
+  under mpirun/srun  rank and size from the launcher, meeting at MULTIRAIL_ROOT
+  --testbed          rank i runs in host i of the emulated cluster
+
+Examples:
+  multirail bench latency --sizes 8 --rails tcp:127.0.0.1
+  multirail bench bw --sizes 1K:4M --rail-stats
+  multirail bench bw --sizes 1M,4M --compare policy=single policy=stripe policy=adaptive
+  multirail bench bw --validate --fail-rail 1@2s:for=1s";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum TestName {
+    Latency,
+    Bw,
+    Bibw,
+    MbwMr,
+    MultiLat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Which benchmark.
+    #[arg(value_enum)]
+    pub test: TestName,
+
+    // ----- how ranks start -----
+    /// Start the peer ranks on this machine (the default).
+    #[arg(long, help_heading = "Ranks", conflicts_with_all = ["server", "connect", "testbed"])]
+    pub local: bool,
+    /// Be rank 0 of a two-host run and wait for `--connect`.
+    #[arg(long, help_heading = "Ranks", conflicts_with_all = ["connect", "testbed"])]
+    pub server: bool,
+    /// Port for --server.
+    #[arg(long, default_value_t = 18515, help_heading = "Ranks")]
+    pub port: u16,
+    /// Be rank 1 and join the server at HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Ranks", conflicts_with = "testbed")]
+    pub connect: Option<String>,
+    /// Run rank i inside host i of the emulated testbed, over its rails.
+    #[arg(long, help_heading = "Ranks")]
+    pub testbed: bool,
+    /// Name prefix of the testbed to use.
+    #[arg(long, default_value = "mr", help_heading = "Ranks")]
+    pub testbed_prefix: String,
+    /// Use only the first N rails of the testbed (e.g. 1 for a single-rail baseline).
+    #[arg(long, value_name = "N", help_heading = "Ranks")]
+    pub testbed_rails: Option<usize>,
+    /// Pin local ranks to CPUs: `none`, `auto` (rank i on CPU i mod #CPUs) or a list `0,1`.
+    #[arg(long, default_value = "none", help_heading = "Ranks")]
+    pub pin: String,
+
+    // ----- multirail settings -----
+    /// Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2 or tcp:eth0,tcp:eth1 [env: MULTIRAIL_RAILS]
+    #[arg(long, help_heading = "multirail", conflicts_with = "testbed")]
+    pub rails: Option<String>,
+    /// Scheduling policy table, e.g. 16K:single,*:adaptive [env: MULTIRAIL_POLICY]
+    #[arg(long, help_heading = "multirail")]
+    pub policy: Option<String>,
+    /// Progress engine: polled or threaded [env: MULTIRAIL_PROGRESS]
+    #[arg(long, help_heading = "multirail")]
+    pub progress: Option<String>,
+    /// Largest eager message, e.g. 64K [env: MULTIRAIL_EAGER_LIMIT]
+    #[arg(long, help_heading = "multirail")]
+    pub eager_limit: Option<String>,
+    /// Largest chunk per rail and frame, e.g. 256K [env: MULTIRAIL_CHUNK]
+    #[arg(long, help_heading = "multirail")]
+    pub chunk: Option<String>,
+    /// Checksum every payload (CRC32C) [env: MULTIRAIL_CHECKSUM]
+    #[arg(long, help_heading = "multirail")]
+    pub checksum: bool,
+
+    // ----- benchmark -----
+    /// Message sizes: 8 | 1K:4M (doubling) | 8,64K,1M. Default: OSU's.
+    #[arg(long, help_heading = "Benchmark")]
+    pub sizes: Option<String>,
+    /// Timed iterations per size (default: OSU's, by size).
+    #[arg(long, help_heading = "Benchmark")]
+    pub iterations: Option<u64>,
+    /// Untimed warm-up iterations per size (default: OSU's).
+    #[arg(long, help_heading = "Benchmark")]
+    pub warmup: Option<u64>,
+    /// Messages per window (bw, bibw, mbw_mr).
+    #[arg(long, default_value_t = 64, help_heading = "Benchmark")]
+    pub window: u32,
+    /// Rank pairs (mbw_mr, multi_lat).
+    #[arg(long, default_value_t = 1, help_heading = "Benchmark")]
+    pub pairs: u32,
+    /// The receiver checks every byte of every message; a mismatch exits non-zero.
+    #[arg(long, help_heading = "Benchmark")]
+    pub validate: bool,
+    /// Take a rail down during the run: RAIL@TIME[:for=DURATION], e.g. 1@2s:for=500ms.
+    #[arg(long, value_name = "RAIL@TIME[:for=D]", help_heading = "Benchmark")]
+    pub fail_rail: Option<String>,
+
+    // ----- comparison -----
+    /// Compare configurations side by side (medians over rounds, ratio to
+    /// the first): e.g. --compare policy=single policy=adaptive
+    #[arg(long, num_args = 1.., value_name = "KEY=VALUE[;KEY=VALUE]", help_heading = "Comparison")]
+    pub compare: Vec<String>,
+    /// Rounds per configuration in --compare.
+    #[arg(long, default_value_t = 5, help_heading = "Comparison")]
+    pub rounds: u32,
+
+    // ----- output -----
+    /// One JSON object per line instead of the OSU table.
+    #[arg(long, help_heading = "Output", conflicts_with = "csv")]
+    pub json: bool,
+    /// CSV instead of the OSU table.
+    #[arg(long, help_heading = "Output")]
+    pub csv: bool,
+    /// Add per-rail bytes and shares as extra columns.
+    #[arg(long, help_heading = "Output")]
+    pub rail_stats: bool,
+    /// No progress bar and no notes on stderr.
+    #[arg(long, short, help_heading = "Output")]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TestbedCommand {
+    /// Create the hosts and rails.
+    Up {
+        /// Number of hosts (host0 .. hostN-1).
+        #[arg(long, default_value_t = 2)]
+        hosts: usize,
+        /// Number of rails (rail0 .. railR-1 in every host).
+        #[arg(long, default_value_t = 2)]
+        rails: usize,
+        /// Rate of every rail, or one per rail: 2gbit or 1gbit,3gbit.
+        #[arg(long, default_value = "2gbit")]
+        rate: String,
+        /// Prefix of everything created (namespaces, links).
+        #[arg(long, default_value = "mr")]
+        prefix: String,
+    },
+    /// Remove everything the testbed made (safe to repeat).
+    Down {
+        #[arg(long, default_value = "mr")]
+        prefix: String,
+    },
+    /// Show hosts, rails, addresses and rates.
+    Status {
+        #[arg(long, default_value = "mr")]
+        prefix: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command inside a host: multirail testbed exec host0 -- ip addr
+    Exec {
+        host: String,
+        #[arg(long, default_value = "mr")]
+        prefix: String,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Number of ranks.
+    #[arg(short = 'n', long = "np", default_value_t = 2)]
+    pub np: u32,
+    /// Run rank i in testbed host i, with MULTIRAIL_RAILS set to its rails.
+    #[arg(long)]
+    pub testbed: bool,
+    #[arg(long, default_value = "mr")]
+    pub testbed_prefix: String,
+    /// Pin ranks to CPUs: none, auto or a list.
+    #[arg(long, default_value = "none")]
+    pub pin: String,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    pub cmd: Vec<String>,
+}

@@ -1,0 +1,79 @@
+//! `multirail info`: the rails this machine could use.
+
+use std::collections::BTreeMap;
+use std::fs;
+
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+pub struct Interface {
+    pub name: String,
+    pub addresses: Vec<String>,
+    /// Link speed in Mbit/s from sysfs, when the driver reports one.
+    pub speed_mbit: Option<u64>,
+    pub mtu: Option<u64>,
+    pub up: bool,
+    pub loopback: bool,
+}
+
+fn sysfs_num(iface: &str, file: &str) -> Option<u64> {
+    let s = fs::read_to_string(format!("/sys/class/net/{iface}/{file}")).ok()?;
+    s.trim().parse::<i64>().ok().filter(|&v| v > 0).map(|v| v as u64)
+}
+
+fn is_up(iface: &str) -> bool {
+    fs::read_to_string(format!("/sys/class/net/{iface}/operstate"))
+        .map(|s| matches!(s.trim(), "up" | "unknown"))
+        .unwrap_or(true)
+}
+
+pub fn interfaces() -> anyhow::Result<Vec<Interface>> {
+    let mut by_name: BTreeMap<String, Interface> = BTreeMap::new();
+    for a in if_addrs::get_if_addrs()? {
+        let e = by_name.entry(a.name.clone()).or_insert_with(|| Interface {
+            name: a.name.clone(),
+            addresses: Vec::new(),
+            speed_mbit: sysfs_num(&a.name, "speed"),
+            mtu: sysfs_num(&a.name, "mtu"),
+            up: is_up(&a.name),
+            loopback: a.is_loopback(),
+        });
+        e.addresses.push(a.ip().to_string());
+    }
+    Ok(by_name.into_values().collect())
+}
+
+pub fn run(json: bool) -> anyhow::Result<()> {
+    let ifs = interfaces()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&ifs)?);
+        return Ok(());
+    }
+    println!("{:<12} {:<6} {:>10} {:>6}  {:<40} rail spec", "interface", "state", "speed", "mtu", "addresses");
+    for i in &ifs {
+        let speed = i.speed_mbit.map_or("-".to_string(), |s| format!("{s} Mb/s"));
+        let mtu = i.mtu.map_or("-".to_string(), |m| m.to_string());
+        let spec = if i.loopback { "tcp:127.0.0.N (any N: emulated rails)".to_string() } else { format!("tcp:{}", i.name) };
+        println!(
+            "{:<12} {:<6} {:>10} {:>6}  {:<40} {}",
+            i.name,
+            if i.up { "up" } else { "down" },
+            speed,
+            mtu,
+            i.addresses.join(" "),
+            spec
+        );
+    }
+    println!();
+    println!("Use them as MULTIRAIL_RAILS=tcp:IF1,tcp:IF2 (or --rails); default: {}", multirail::DEFAULT_RAILS);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lists_loopback() {
+        let ifs = super::interfaces().unwrap();
+        assert!(ifs.iter().any(|i| i.loopback && i.addresses.iter().any(|a| a == "127.0.0.1")));
+    }
+}

@@ -1,0 +1,39 @@
+//! `multirail run -n N -- CMD...`: start N ranks of any program with the
+//! environment multirail endpoints need to meet.
+
+use anyhow::Context;
+
+use crate::cli::RunArgs;
+use crate::launch::{self, RankEnv};
+
+pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    if args.np == 0 {
+        anyhow::bail!("-n must be at least 1");
+    }
+    let pins = launch::parse_pin(&args.pin, args.np)?;
+    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np)?;
+    let root = match &placement {
+        Some(p) => format!("{}:{}", p.root_ip, launch::free_port("127.0.0.1")?),
+        None => format!("127.0.0.1:{}", launch::free_port("127.0.0.1")?),
+    };
+    let key = multirail::generate_key();
+    let job = format!("run-{}", std::process::id());
+    let mut children = Vec::new();
+    for rank in 0..args.np {
+        let mut env = RankEnv { rank, size: args.np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
+        let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
+        if let Some(p) = &placement {
+            env.extra.push(("MULTIRAIL_RAILS".into(), p.hosts[rank as usize].rails.clone()));
+        }
+        let mut cmd = launch::rank_command(&args.cmd[0], &args.cmd[1..], pins[rank as usize], netns.as_deref());
+        env.apply(&mut cmd);
+        match cmd.spawn().with_context(|| format!("starting rank {rank}: {}", args.cmd.join(" "))) {
+            Ok(c) => children.push((rank, c)),
+            Err(e) => {
+                launch::kill_all(&mut children);
+                return Err(e);
+            }
+        }
+    }
+    launch::wait_all(children)
+}

@@ -1,0 +1,82 @@
+//! `multirail testbed ...`, and where ranks go when they run in a testbed.
+
+use anyhow::{Context, bail};
+use multirail_testbed::{self as tb, Prefix, Spec};
+
+use crate::cli::TestbedCommand;
+
+pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
+    match cmd {
+        TestbedCommand::Up { hosts, rails, rate, prefix } => {
+            let spec = Spec { prefix: prefix.parse()?, hosts, rails, rates: tb::parse_rates(&rate)?, ..Spec::default() };
+            let status = tb::up(&spec)?;
+            println!("{status}");
+            println!("Run ranks in it with `multirail bench ... --testbed` or `multirail run --testbed -- CMD`;");
+            println!("remove it with `multirail testbed down{}`.", prefix_flag(&spec.prefix));
+            Ok(0)
+        }
+        TestbedCommand::Down { prefix } => {
+            let report = tb::down(&prefix.parse()?)?;
+            if report.is_empty() {
+                println!("nothing to remove for prefix '{prefix}'");
+            } else {
+                println!("{report}");
+            }
+            Ok(0)
+        }
+        TestbedCommand::Status { prefix, json } => {
+            let p: Prefix = prefix.parse()?;
+            match tb::status(&p)? {
+                Some(st) if json => println!("{}", serde_json::to_string_pretty(&st)?),
+                Some(st) => println!("{st}"),
+                None => {
+                    eprintln!("no testbed with prefix '{prefix}' (create one with `multirail testbed up`)");
+                    return Ok(1);
+                }
+            }
+            Ok(0)
+        }
+        TestbedCommand::Exec { host, prefix, cmd } => {
+            let st = tb::run_in_host(&prefix.parse()?, tb::parse_host(&host)?, &cmd)?;
+            Ok(st.code().unwrap_or(1))
+        }
+    }
+}
+
+fn prefix_flag(p: &Prefix) -> String {
+    if *p == Prefix::default() { String::new() } else { format!(" --prefix {}", p.as_str()) }
+}
+
+/// Where one rank runs in a testbed.
+pub struct HostPlacement {
+    pub netns: String,
+    /// `MULTIRAIL_RAILS` for this host: `tcp:10.77.0.1,tcp:10.77.1.1`.
+    pub rails: String,
+}
+
+/// Rank i in host i: the namespaces, rails and the root address.
+pub struct Placement {
+    pub hosts: Vec<HostPlacement>,
+    /// Rank 0's address on rail 0, where ranks meet.
+    pub root_ip: String,
+}
+
+/// Places `ranks` ranks in the testbed `prefix` (None when not asked).
+pub fn placement(enabled: bool, prefix: &str, ranks: u32) -> anyhow::Result<Option<Placement>> {
+    if !enabled {
+        return Ok(None);
+    }
+    let p: Prefix = prefix.parse()?;
+    let st = tb::status(&p)?.with_context(|| format!("no testbed '{prefix}': create one with `multirail testbed up`"))?;
+    if (ranks as usize) > st.hosts.len() {
+        bail!("{ranks} ranks need {ranks} testbed hosts, testbed '{prefix}' has {} (testbed up --hosts {ranks})", st.hosts.len());
+    }
+    let mut hosts = Vec::new();
+    for h in 0..ranks as usize {
+        let addrs = st.rail_addrs(h).with_context(|| format!("host{h} lacks an address on some rail"))?;
+        let rails = addrs.iter().map(|a| format!("tcp:{a}")).collect::<Vec<_>>().join(",");
+        hosts.push(HostPlacement { netns: p.host_netns(h), rails });
+    }
+    let root_ip = st.addr(0, 0).context("host0 has no rail0 address")?.to_string();
+    Ok(Some(Placement { hosts, root_ip }))
+}

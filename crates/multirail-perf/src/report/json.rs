@@ -1,0 +1,182 @@
+//! JSON lines: one object per size with the measurement and the full
+//! configuration it was made with. [`JsonRecord`] reads them back.
+
+use serde::{Deserialize, Serialize};
+
+use crate::info::RunInfo;
+use crate::result::{SizeResult, Unit};
+use crate::spec::Test;
+
+/// One line of the JSON output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JsonRecord {
+    pub test: Test,
+    pub size: u64,
+    pub value: f64,
+    pub unit: Unit,
+    /// One-way latency percentiles in µs (latency tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99: Option<f64>,
+    /// Messages per second (mbw_mr).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msg_rate: Option<f64>,
+    /// Payload bytes per rail during the timed iterations.
+    pub rail_bytes: Vec<u64>,
+    pub iterations: u64,
+    pub warmup: u64,
+    /// Seconds the timed intervals add up to.
+    pub elapsed_s: f64,
+    /// Stopped early by the time cap.
+    pub capped: bool,
+    pub config: JsonConfig,
+}
+
+/// The configuration part of a [`JsonRecord`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JsonConfig {
+    pub rails: Vec<String>,
+    pub policy: String,
+    pub progress: String,
+    pub eager_limit: u64,
+    pub chunk: u64,
+    pub window: u32,
+    pub pairs: u32,
+    pub validate: bool,
+    pub version: String,
+}
+
+impl JsonConfig {
+    pub fn new(info: &RunInfo) -> JsonConfig {
+        JsonConfig {
+            rails: info.rails.clone(),
+            policy: info.policy.clone(),
+            progress: info.progress.clone(),
+            eager_limit: info.eager_limit,
+            chunk: info.chunk,
+            window: info.window,
+            pairs: info.pairs,
+            validate: info.validate,
+            version: info.version.clone(),
+        }
+    }
+}
+
+pub fn record(info: &RunInfo, r: &SizeResult) -> JsonRecord {
+    JsonRecord {
+        test: info.test,
+        size: r.size,
+        value: r.value,
+        unit: r.unit,
+        p50: r.percentiles.map(|p| p.p50),
+        p90: r.percentiles.map(|p| p.p90),
+        p99: r.percentiles.map(|p| p.p99),
+        msg_rate: r.msg_rate,
+        rail_bytes: r.rail_bytes.clone(),
+        iterations: r.iterations,
+        warmup: r.warmup,
+        elapsed_s: r.elapsed.as_secs_f64(),
+        capped: r.capped,
+        config: JsonConfig::new(info),
+    }
+}
+
+/// One size as one line of JSON (with the newline).
+pub fn line(info: &RunInfo, r: &SizeResult) -> String {
+    to_line(&record(info, r))
+}
+
+/// Every size, one line each.
+pub fn lines(info: &RunInfo, results: &[SizeResult]) -> String {
+    results.iter().map(|r| line(info, r)).collect()
+}
+
+/// Serializes any of this crate's records as one line.
+pub(crate) fn to_line(value: &impl Serialize) -> String {
+    // Our records hold only strings, numbers, booleans and sequences:
+    // serde_json cannot fail on them (non-finite floats become null).
+    let mut s = serde_json::to_string(value).expect("plain records always serialize");
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::result::Percentiles;
+
+    fn info(test: Test) -> RunInfo {
+        RunInfo {
+            test,
+            rails: vec!["tcp:127.0.0.1".into(), "tcp:127.0.0.2".into()],
+            policy: "*:adaptive".into(),
+            progress: "threaded".into(),
+            eager_limit: 65536,
+            chunk: 262144,
+            window: 64,
+            pairs: 1,
+            validate: false,
+            version: "0.1.0".into(),
+        }
+    }
+
+    const CONFIG: &str = r#""config":{"rails":["tcp:127.0.0.1","tcp:127.0.0.2"],"policy":"*:adaptive","progress":"threaded","eager_limit":65536,"chunk":262144,"window":64,"pairs":1,"validate":false,"version":"0.1.0"}"#;
+
+    #[test]
+    fn latency_line_has_percentiles() {
+        let r = SizeResult {
+            size: 8,
+            value: 1.25,
+            unit: Unit::Micros,
+            msg_rate: None,
+            percentiles: Some(Percentiles {
+                p50: 1.0,
+                p90: 2.0,
+                p99: 3.5,
+            }),
+            iterations: 100,
+            warmup: 10,
+            rail_bytes: vec![800, 0],
+            elapsed: Duration::from_micros(250),
+            capped: false,
+        };
+        let expected = String::from(
+            r#"{"test":"latency","size":8,"value":1.25,"unit":"us","p50":1.0,"p90":2.0,"p99":3.5,"#,
+        ) + r#""rail_bytes":[800,0],"iterations":100,"warmup":10,"elapsed_s":0.00025,"capped":false,"#
+            + CONFIG
+            + "}\n";
+        let got = line(&info(Test::Latency), &r);
+        assert_eq!(got, expected);
+        assert_eq!(
+            serde_json::from_str::<JsonRecord>(&got).unwrap(),
+            record(&info(Test::Latency), &r)
+        );
+    }
+
+    #[test]
+    fn mbw_mr_line_has_message_rate() {
+        let r = SizeResult {
+            size: 1,
+            value: 2.0,
+            unit: Unit::MegabytesPerSec,
+            msg_rate: Some(2e6),
+            percentiles: None,
+            iterations: 3,
+            warmup: 0,
+            rail_bytes: vec![],
+            elapsed: Duration::from_secs(1),
+            capped: true,
+        };
+        let expected = String::from(
+            r#"{"test":"mbw_mr","size":1,"value":2.0,"unit":"MB/s","msg_rate":2000000.0,"#,
+        ) + r#""rail_bytes":[],"iterations":3,"warmup":0,"elapsed_s":1.0,"capped":true,"#
+            + CONFIG
+            + "}\n";
+        assert_eq!(lines(&info(Test::MbwMr), &[r]), expected);
+    }
+}

@@ -1,0 +1,268 @@
+//! OSU's table: `# `-prefixed header lines, then one row per size printed
+//! with OSU's `"%-*d%*.*f"` (width 10, then `FIELD_WIDTH` 18 and
+//! `FLOAT_PRECISION` 2). Columns OSU does not have (percentiles, per-rail
+//! bytes and shares) come after OSU's, so scripts that read OSU's first
+//! columns read ours.
+//!
+//! ```text
+//! # multirail OSU-style Bandwidth Test v0.1.0
+//! # rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: *:adaptive  progress: polled  eager-limit: 64K  chunk: 256K
+//! # [ window size: 64 ]
+//! # Size      Bandwidth (MB/s)
+//! 1                       2.89
+//! ```
+
+use std::fmt::Write;
+
+use crate::info::RunInfo;
+use crate::report::format_size;
+use crate::result::SizeResult;
+use crate::spec::{Test, osu::FIELD_WIDTH};
+
+/// Width of each per-rail column.
+const RAIL_WIDTH: usize = 12;
+/// The percentiles printed, as OSU's `-z` default (`50,90,99`).
+const PERCENTILES: [u32; 3] = [50, 90, 99];
+
+/// Optional columns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableOptions {
+    /// Per rail: payload MB moved in the timed part and share in percent.
+    pub rail_stats: bool,
+    /// P50/P90/P99 one-way latency columns (latency tests), named as
+    /// OSU's `-z` columns.
+    pub percentiles: bool,
+}
+
+/// The whole table.
+pub fn table(info: &RunInfo, results: &[SizeResult], opts: &TableOptions) -> String {
+    let mut out = header(info, opts);
+    for r in results {
+        out.push_str(&row(info, r, opts));
+    }
+    out
+}
+
+/// The header lines, each ending in a newline.
+pub fn header(info: &RunInfo, opts: &TableOptions) -> String {
+    let mut out = format!(
+        "# multirail OSU-style {} v{}\n",
+        info.test.title(),
+        info.version
+    );
+    out.push_str(&format!(
+        "# rails: {}  policy: {}  progress: {}  eager-limit: {}  chunk: {}\n",
+        info.rails.join(","),
+        info.policy,
+        info.progress,
+        format_size(info.eager_limit),
+        format_size(info.chunk)
+    ));
+    match info.test {
+        // OSU's own line (osu_mbw_mr.c).
+        Test::MbwMr => out.push_str(&format!(
+            "# [ pairs: {} ] [ window size: {} ]\n",
+            info.pairs, info.window
+        )),
+        Test::Bw | Test::Bibw => out.push_str(&format!("# [ window size: {} ]\n", info.window)),
+        Test::MultiLat => out.push_str(&format!("# [ pairs: {} ]\n", info.pairs)),
+        Test::Latency => {}
+    }
+    out.push_str(&columns(info, opts));
+    out
+}
+
+/// The column-name line: OSU's `print_header` and osu_mbw_mr's.
+fn columns(info: &RunInfo, opts: &TableOptions) -> String {
+    let w = FIELD_WIDTH;
+    let mut out = match info.test {
+        Test::Latency | Test::MultiLat => format!("{:<10}{:>w$}", "# Size", "Latency (us)"),
+        Test::Bw | Test::Bibw => format!("{:<10}{:>w$}", "# Size", "Bandwidth (MB/s)"),
+        Test::MbwMr => format!("{:<10}{:>w$}{:>w$}", "# Size", "MB/s", "Messages/s"),
+    };
+    if info.validate {
+        let _ = write!(out, "{:>w$}", "Validation");
+    }
+    if opts.percentiles && info.test.is_latency() {
+        for p in PERCENTILES {
+            let _ = write!(out, "{:>w$}", format!("P{p} Tail Lat(us)"));
+        }
+    }
+    if opts.rail_stats {
+        for k in 0..info.rails.len() {
+            let _ = write!(
+                out,
+                "{:>RAIL_WIDTH$}{:>RAIL_WIDTH$}",
+                format!("rail{k}(MB)"),
+                format!("rail{k}(%)")
+            );
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// One size's row, ending in a newline.
+pub fn row(info: &RunInfo, r: &SizeResult, opts: &TableOptions) -> String {
+    let w = FIELD_WIDTH;
+    let mut out = format!("{:<10}{:>w$.2}", r.size, r.value);
+    if info.test == Test::MbwMr {
+        let _ = write!(out, "{:>w$.2}", r.msg_rate.unwrap_or(f64::NAN));
+    }
+    if info.validate {
+        // A failed validation ends the run, so every printed row passed.
+        let _ = write!(out, "{:>w$}", "Pass");
+    }
+    if opts.percentiles && info.test.is_latency() {
+        match r.percentiles {
+            Some(p) => {
+                let _ = write!(out, "{:>w$.2}{:>w$.2}{:>w$.2}", p.p50, p.p90, p.p99);
+            }
+            None => out.push_str(&format!("{:>w$}", "-").repeat(PERCENTILES.len())),
+        }
+    }
+    if opts.rail_stats {
+        for (bytes, share) in r.rail_bytes.iter().zip(r.rail_shares()) {
+            let _ = write!(
+                out,
+                "{:>RAIL_WIDTH$.2}{:>RAIL_WIDTH$.2}",
+                *bytes as f64 / 1e6,
+                share
+            );
+        }
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::result::{Percentiles, Unit};
+
+    pub(crate) fn info(test: Test) -> RunInfo {
+        RunInfo {
+            test,
+            rails: vec!["tcp:127.0.0.1".into(), "tcp:127.0.0.2".into()],
+            policy: "16K:single,*:adaptive".into(),
+            progress: "polled".into(),
+            eager_limit: 64 << 10,
+            chunk: 256 << 10,
+            window: 64,
+            pairs: 2,
+            validate: false,
+            version: "0.1.0".into(),
+        }
+    }
+
+    fn result(size: u64, value: f64, unit: Unit) -> SizeResult {
+        SizeResult {
+            size,
+            value,
+            unit,
+            msg_rate: None,
+            percentiles: None,
+            iterations: 10,
+            warmup: 1,
+            rail_bytes: vec![3_000_000, 1_000_000],
+            elapsed: Duration::from_millis(2),
+            capped: false,
+        }
+    }
+
+    const CONFIG: &str = "# rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: 16K:single,*:adaptive  progress: polled  eager-limit: 64K  chunk: 256K\n";
+
+    #[test]
+    fn latency_table_is_osus() {
+        let rows = [
+            result(0, 1.5, Unit::Micros),
+            result(4194304, 1234.567, Unit::Micros),
+        ];
+        let expected = String::from("# multirail OSU-style Latency Test v0.1.0\n")
+            + CONFIG
+            + "# Size          Latency (us)\n"
+            + "0                       1.50\n"
+            + "4194304              1234.57\n";
+        assert_eq!(
+            table(&info(Test::Latency), &rows, &TableOptions::default()),
+            expected
+        );
+    }
+
+    #[test]
+    fn bw_table_is_osus() {
+        let rows = [result(1, 2.891, Unit::MegabytesPerSec)];
+        let expected = String::from("# multirail OSU-style Bandwidth Test v0.1.0\n")
+            + CONFIG
+            + "# [ window size: 64 ]\n"
+            + "# Size      Bandwidth (MB/s)\n"
+            + "1                       2.89\n";
+        assert_eq!(
+            table(&info(Test::Bw), &rows, &TableOptions::default()),
+            expected
+        );
+        assert!(
+            header(&info(Test::Bibw), &TableOptions::default())
+                .starts_with("# multirail OSU-style Bi-Directional Bandwidth Test v0.1.0\n")
+        );
+    }
+
+    #[test]
+    fn mbw_mr_table_is_osus() {
+        let mut r = result(8, 16.0, Unit::MegabytesPerSec);
+        r.msg_rate = Some(2_000_000.0);
+        let expected =
+            String::from("# multirail OSU-style Multiple Bandwidth / Message Rate Test v0.1.0\n")
+                + CONFIG
+                + "# [ pairs: 2 ] [ window size: 64 ]\n"
+                + "# Size                  MB/s        Messages/s\n"
+                + "8                      16.00        2000000.00\n";
+        assert_eq!(
+            table(&info(Test::MbwMr), &[r], &TableOptions::default()),
+            expected
+        );
+    }
+
+    #[test]
+    fn extra_columns_follow_osus() {
+        let mut i = info(Test::MultiLat);
+        i.validate = true;
+        let mut r = result(2, 3.0, Unit::Micros);
+        r.percentiles = Some(Percentiles {
+            p50: 2.5,
+            p90: 4.0,
+            p99: 10.25,
+        });
+        let opts = TableOptions {
+            rail_stats: true,
+            percentiles: true,
+        };
+        let expected = String::from("# multirail OSU-style Multi Latency Test v0.1.0\n")
+            + CONFIG
+            + "# [ pairs: 2 ]\n"
+            + "# Size          Latency (us)        Validation  P50 Tail Lat(us)  P90 Tail Lat(us)  P99 Tail Lat(us)"
+            + "   rail0(MB)    rail0(%)   rail1(MB)    rail1(%)\n"
+            + "2                       3.00              Pass              2.50              4.00             10.25"
+            + "        3.00       75.00        1.00       25.00\n";
+        assert_eq!(table(&i, &[r], &opts), expected);
+    }
+
+    #[test]
+    fn missing_percentiles_print_dashes() {
+        let opts = TableOptions {
+            rail_stats: false,
+            percentiles: true,
+        };
+        let line = row(&info(Test::Latency), &result(1, 1.0, Unit::Micros), &opts);
+        assert_eq!(
+            line,
+            format!(
+                "1{}1.00{}\n",
+                " ".repeat(23),
+                format!("{:>18}", "-").repeat(3)
+            )
+        );
+    }
+}
