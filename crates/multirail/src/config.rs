@@ -158,6 +158,9 @@ impl Config {
         if let Some(v) = env("MULTIRAIL_JOB") {
             self.job_id = parse_job(&v).map_err(|e| bad("MULTIRAIL_JOB", &v, e))?;
         }
+        if let Some(v) = env("MULTIRAIL_FAULTS") {
+            self.faults = parse_faults(&v).map_err(|e| bad("MULTIRAIL_FAULTS", &v, e))?;
+        }
         self.validate()
     }
 
@@ -188,6 +191,53 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Fault injection per rail, for testing and demonstrations:
+/// `RAIL:KEY=VALUE,...;RAIL:...` with keys `drop` and `corrupt`
+/// (probabilities per data frame), `delay` (e.g. `2ms`), `rate` (e.g.
+/// `500mbit`), `kill_after` (bytes, e.g. `10M`) and `seed`.
+/// Example: `1:rate=1gbit;0:corrupt=0.001,seed=3`.
+pub fn parse_faults(s: &str) -> Result<Vec<Option<FaultConfig>>, String> {
+    let mut out: Vec<Option<FaultConfig>> = Vec::new();
+    for item in s.split(';').map(str::trim).filter(|x| !x.is_empty()) {
+        let (rail, kvs) = item.split_once(':').ok_or_else(|| format!("'{item}': expected RAIL:KEY=VALUE,..."))?;
+        let rail: usize = rail.trim().parse().map_err(|_| format!("'{rail}' is not a rail index"))?;
+        let mut f = FaultConfig::default();
+        for kv in kvs.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let (k, v) = kv.split_once('=').ok_or_else(|| format!("'{kv}': expected KEY=VALUE"))?;
+            let prob = |v: &str| -> Result<f64, String> {
+                v.parse::<f64>().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(|| format!("{k}={v}: a probability between 0 and 1"))
+            };
+            match k.trim() {
+                "drop" => f.drop = prob(v)?,
+                "corrupt" => f.corrupt = prob(v)?,
+                "delay" => f.delay = parse_ms(v)?,
+                "rate" => f.rate = Some(multirail_transport::spec::parse_rate(v)?),
+                "kill_after" => f.kill_after_bytes = Some(parse_size(v)?),
+                "seed" => f.seed = v.parse().map_err(|_| format!("seed={v}: not a number"))?,
+                other => return Err(format!("unknown fault '{other}' (drop, corrupt, delay, rate, kill_after, seed)")),
+            }
+        }
+        if out.len() <= rail {
+            out.resize(rail + 1, None);
+        }
+        out[rail] = Some(f);
+    }
+    Ok(out)
+}
+
+fn parse_ms(v: &str) -> Result<Duration, String> {
+    let t = v.trim();
+    let (n, scale) = match t.strip_suffix("ms") {
+        Some(n) => (n, 1e-3),
+        None => (t.strip_suffix("us").ok_or_else(|| format!("'{v}': give ms or us, e.g. 2ms"))?, 1e-6),
+    };
+    let x: f64 = n.trim().parse().map_err(|_| format!("'{v}' is not a duration"))?;
+    if !(x.is_finite() && x >= 0.0) {
+        return Err(format!("'{v}': out of range"));
+    }
+    Ok(Duration::from_secs_f64(x * scale))
 }
 
 /// A job id: decimal, `0x` hex, or any other string (hashed).
@@ -226,6 +276,19 @@ mod tests {
         assert_eq!(parse_job("0xff"), Ok(255));
         assert_eq!(parse_job("slurm-123"), parse_job("slurm-123"));
         assert_ne!(parse_job("a"), parse_job("b"));
+    }
+
+    #[test]
+    fn faults() {
+        let f = parse_faults("1:rate=1gbit,delay=2ms;0:corrupt=0.5,seed=3,kill_after=1M").unwrap();
+        assert_eq!(f.len(), 2);
+        let (f0, f1) = (f[0].as_ref().unwrap(), f[1].as_ref().unwrap());
+        assert_eq!((f0.corrupt, f0.seed, f0.kill_after_bytes), (0.5, 3, Some(1 << 20)));
+        assert_eq!((f1.rate, f1.delay), (Some(125_000_000), Duration::from_millis(2)));
+        assert!(parse_faults("1:corrupt=2").is_err());
+        assert!(parse_faults("x:drop=0.1").is_err());
+        assert!(parse_faults("1:melt=1").unwrap_err().contains("unknown fault"));
+        assert!(parse_faults("1:delay=5").is_err());
     }
 
     #[test]

@@ -263,7 +263,11 @@ impl Shared {
         let partial = rail.take_partial();
         rail.shutdown();
         let reason = err.to_string();
-        tracing::warn!(peer = s.peer, rail = s.rail, name = %s.name, "rail failed: {reason}");
+        if self.peer_wanted(s.peer) {
+            tracing::warn!(peer = s.peer, rail = s.rail, name = %s.name, "rail failed: {reason}");
+        } else {
+            tracing::debug!(peer = s.peer, rail = s.rail, "rail closed: {reason}");
+        }
         self.with_core(|c, now| {
             if let Some((h, d)) = partial {
                 let _ = c.on_payload(s.peer, s.rail, &h, d, false, now);

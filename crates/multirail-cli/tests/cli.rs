@@ -1,0 +1,226 @@
+//! The `multirail` command end to end: every benchmark smoke-runs with tiny
+//! counts over loopback rails, its OSU table and its JSON parse, and the
+//! failure paths exit non-zero with a message that says why.
+
+use std::process::{Command, Output};
+
+fn multirail(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_multirail"));
+    c.args(args).env_remove("MULTIRAIL_RAILS").env_remove("MULTIRAIL_LAUNCHED").env_remove("MULTIRAIL_RANK");
+    c
+}
+
+fn run(c: &mut Command) -> Output {
+    let out = c.output().expect("multirail runs");
+    if !out.status.success() {
+        eprintln!("stderr: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Data rows of an OSU table: (size, columns).
+fn rows(table: &str) -> Vec<(u64, Vec<f64>)> {
+    table
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let mut it = l.split_whitespace();
+            let size = it.next().unwrap().parse().expect("size column");
+            (size, it.map(|x| x.parse().expect("numeric column")).collect())
+        })
+        .collect()
+}
+
+const TINY: [&str; 4] = ["--iterations", "3", "--warmup", "1"];
+
+#[test]
+fn help_teaches() {
+    let o = run(&mut multirail(&["--help"]));
+    assert!(o.status.success());
+    let h = stdout(&o);
+    assert!(h.contains("bench") && h.contains("testbed") && h.contains("info") && h.contains("MULTIRAIL_"));
+    let o = run(&mut multirail(&["bench", "--help"]));
+    let h = stdout(&o);
+    for t in ["latency", "bw", "bibw", "mbw_mr", "multi_lat", "--validate", "--compare", "--fail-rail", "Examples"] {
+        assert!(h.contains(t), "bench --help mentions {t}");
+    }
+}
+
+#[test]
+fn info_lists_loopback() {
+    let o = run(&mut multirail(&["info"]));
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("127.0.0.1"));
+    let o = run(&mut multirail(&["info", "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.as_array().unwrap().iter().any(|i| i["name"] == "lo"));
+}
+
+#[test]
+fn latency_table_is_osus() {
+    let mut c = multirail(&["bench", "latency"]);
+    c.args(TINY);
+    let o = run(&mut c);
+    assert!(o.status.success());
+    let t = stdout(&o);
+    assert!(t.contains("# Size          Latency (us)"), "{t}");
+    let r = rows(&t);
+    let sizes: Vec<u64> = r.iter().map(|x| x.0).collect();
+    let mut want = vec![0u64];
+    want.extend((0..=22).map(|i| 1u64 << i));
+    assert_eq!(sizes, want, "OSU's sizes: 0, then 1 B to 4 MiB doubling");
+    assert!(r.iter().all(|(_, c)| c.len() == 1 && c[0] > 0.0));
+}
+
+#[test]
+fn bandwidth_tests_tables_and_json() {
+    for (test, header, cols) in [
+        ("bw", "# Size      Bandwidth (MB/s)", 1),
+        ("bibw", "# Size      Bandwidth (MB/s)", 1),
+        ("mbw_mr", "# Size                  MB/s        Messages/s", 2),
+    ] {
+        let mut c = multirail(&["bench", test, "--sizes", "1:64K"]);
+        c.args(TINY);
+        let o = run(&mut c);
+        assert!(o.status.success(), "{test}");
+        let t = stdout(&o);
+        assert!(t.contains(header), "{test}: {t}");
+        let r = rows(&t);
+        assert_eq!(r.len(), 17, "{test}: 1 B .. 64 KiB");
+        assert!(r.iter().all(|(_, c)| c.len() == cols && c.iter().all(|v| *v > 0.0)), "{test}: {t}");
+
+        let mut c = multirail(&["bench", test, "--sizes", "8,1M", "--json"]);
+        c.args(TINY);
+        let o = run(&mut c);
+        assert!(o.status.success());
+        let lines: Vec<serde_json::Value> =
+            stdout(&o).lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1]["size"], 1 << 20);
+        assert_eq!(lines[1]["test"], test);
+        assert!(lines[1]["value"].as_f64().unwrap() > 0.0);
+        assert!(lines[1]["config"]["rails"].as_array().unwrap().len() == 2);
+        assert!(lines[1]["rail_bytes"].as_array().unwrap().len() == 2);
+    }
+}
+
+#[test]
+fn multi_lat_with_pairs_and_percentiles_in_json() {
+    let mut c = multirail(&["bench", "multi_lat", "--pairs", "2", "--sizes", "8,4K", "--json"]);
+    c.args(TINY);
+    let o = run(&mut c);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).lines().next().unwrap()).unwrap();
+    assert!(v["p50"].as_f64().unwrap() > 0.0 && v["p99"].as_f64().unwrap() >= v["p50"].as_f64().unwrap());
+    assert_eq!(v["config"]["pairs"], 2);
+}
+
+#[test]
+fn csv_and_rail_stats() {
+    let mut c = multirail(&["bench", "bw", "--sizes", "1M", "--csv"]);
+    c.args(TINY);
+    let o = run(&mut c);
+    let t = stdout(&o);
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(lines.len(), 2, "{t}");
+    // Fields with commas (rail list, policy table) are quoted.
+    let fields = |l: &str| l.split('"').enumerate().map(|(i, part)| if i % 2 == 0 { part.matches(',').count() } else { 0 }).sum::<usize>() + 1;
+    assert_eq!(fields(lines[0]), fields(lines[1]), "{t}");
+    assert!(lines[0].starts_with("test,size,value,unit"));
+
+    let mut c = multirail(&["bench", "bw", "--sizes", "1M", "--rail-stats", "--policy", "*:stripe"]);
+    c.args(TINY);
+    let o = run(&mut c);
+    let t = stdout(&o);
+    assert!(t.contains("rail0(%)") && t.contains("rail1(%)"), "{t}");
+    let (_, cols) = rows(&t)[0].clone();
+    // bw, rail0 MB, rail0 %, rail1 MB, rail1 % : stripe puts half on each.
+    assert!((cols[2] - 50.0).abs() < 1.0 && (cols[4] - 50.0).abs() < 1.0, "{t}");
+}
+
+#[test]
+fn validate_catches_corruption_and_exits_non_zero() {
+    let mut c = multirail(&["bench", "bw", "--sizes", "64K", "--validate", "--policy", "*:stripe"]);
+    c.args(TINY).env("MULTIRAIL_FAULTS", "0:corrupt=0.5,seed=1");
+    let o = c.output().unwrap();
+    assert!(!o.status.success(), "a corrupted payload must fail the run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("validation failed") && err.contains("offset"), "{err}");
+    // Without corruption the same run passes.
+    let mut c = multirail(&["bench", "bw", "--sizes", "64K", "--validate", "--policy", "*:stripe"]);
+    c.args(TINY);
+    assert!(run(&mut c).status.success());
+}
+
+#[test]
+fn compare_prints_medians_and_ratios() {
+    let mut c = multirail(&[
+        "bench", "bw", "--sizes", "1M", "--rounds", "2", "--quiet", "--compare", "policy=*:single", "policy=*:stripe",
+    ]);
+    c.args(TINY);
+    let o = run(&mut c);
+    assert!(o.status.success());
+    let t = stdout(&o);
+    assert!(t.contains("policy=*:single") && t.contains("policy=*:stripe") && t.contains("median"), "{t}");
+    let r = rows(&t);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].1.len(), 3, "two medians and one ratio: {t}");
+}
+
+#[test]
+fn fail_rail_on_loopback_completes_validated() {
+    let mut c = multirail(&[
+        "bench", "bw", "--sizes", "1M", "--iterations", "40", "--warmup", "1", "--validate", "--fail-rail", "1@50ms:for=200ms",
+    ]);
+    let o = run(&mut c);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("fail-rail: rail 1 down at"), "{err}");
+}
+
+#[test]
+fn bad_flags_are_explained() {
+    for (args, needle) in [
+        (vec!["bench", "bw", "--sizes", "4M:1K"], "small to large"),
+        (vec!["bench", "bw", "--policy", "16K:fastest,*:stripe"], "unknown policy"),
+        (vec!["bench", "bw", "--rails", "udp:1.2.3.4"], "expected tcp:"),
+        (vec!["bench", "bw", "--fail-rail", "1"], "RAIL@TIME"),
+        (vec!["bench", "latency", "--pin", "x"], "not a CPU"),
+    ] {
+        let o = multirail(&args).output().unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn run_gives_ranks_their_environment() {
+    let o = run(&mut multirail(&["run", "-n", "2", "--", "sh", "-c", "echo rank=$MULTIRAIL_RANK size=$MULTIRAIL_SIZE root=$MULTIRAIL_ROOT"]));
+    assert!(o.status.success());
+    let t = stdout(&o);
+    assert!(t.contains("rank=0 size=2") && t.contains("rank=1 size=2") && t.contains("root=127.0.0.1:"), "{t}");
+}
+
+#[test]
+fn mpirun_launch() {
+    let Ok(which) = Command::new("sh").args(["-c", "command -v mpirun"]).output() else { return };
+    if !which.status.success() {
+        eprintln!("skipping mpirun_launch: mpirun not installed (apt-get install openmpi-bin)");
+        return;
+    }
+    let o = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args([env!("CARGO_BIN_EXE_multirail"), "bench", "latency", "--sizes", "8,1K", "--iterations", "20", "--warmup", "2"])
+        .env("OMPI_MCA_plm_rsh_agent", "")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "mpirun failed: {err}");
+    let t = stdout(&o);
+    assert_eq!(rows(&t).len(), 2, "{t}");
+}
