@@ -1,6 +1,8 @@
 //! The `multirail` command. `main` only parses, dispatches and turns
 //! errors into exit codes; each command lives in its own module.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod cli;
 mod info;
