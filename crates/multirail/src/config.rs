@@ -143,6 +143,9 @@ impl Config {
         if let Some(v) = env_size("MULTIRAIL_RAIL_WINDOW")? {
             self.proto.rail_window = v;
         }
+        if let Some(v) = env_size("MULTIRAIL_ACK_BYTES")? {
+            self.proto.ack_bytes = v;
+        }
         if let Some(v) = env_size("MULTIRAIL_SOCKBUF")? {
             self.socket.buffer = Some(v as usize);
         }

@@ -93,7 +93,12 @@ pub struct Config {
     /// Acknowledge at once when this many bytes are unacknowledged on a rail.
     pub ack_bytes: u64,
     /// Most bytes one rail may have in flight (assigned, unacknowledged).
+    /// The window actually used follows the rail's measured throughput:
+    /// `rail_window_time` worth of bytes, at least `rail_window_min`, at
+    /// most this.
     pub rail_window: u64,
+    pub rail_window_min: u64,
+    pub rail_window_time: Duration,
     /// Send a heartbeat on a rail idle this long (ZERO disables heartbeats).
     pub heartbeat_interval: Duration,
     /// Declare a rail down when nothing arrived on it for this long.
@@ -112,10 +117,26 @@ impl Default for Config {
             checksum: false,
             ack_delay: Duration::from_millis(1),
             ack_bytes: 256 << 10,
-            rail_window: 4 << 20,
+            rail_window: 16 << 20,
+            rail_window_min: 512 << 10,
+            rail_window_time: Duration::from_millis(2),
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(3),
         }
+    }
+}
+
+/// The window settings of [`Config`], for [`rail::RailState::view`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WindowCfg {
+    pub min: u64,
+    pub max: u64,
+    pub time: Duration,
+}
+
+impl Config {
+    pub(crate) fn window_cfg(&self) -> WindowCfg {
+        WindowCfg { min: self.rail_window_min.max(2 * self.chunk), max: self.rail_window, time: self.rail_window_time }
     }
 }
 

@@ -204,12 +204,22 @@ impl RailState {
         self.up && (!self.ctrl.is_empty() || !self.data.is_empty())
     }
 
-    pub fn view(&self, window: u64, now: Time) -> RailView {
+    /// Bytes this rail may have in flight: `time` worth at its measured
+    /// rate, within `[min, max]`. A small window keeps the scheduler's
+    /// commitments short, so a wrong throughput estimate costs little; it
+    /// grows with the rail's speed so fast rails stay busy.
+    pub fn window(&self, min: u64, max: u64, time: Duration, now: Time) -> u64 {
+        let by_rate = (self.est.rate(now) * time.as_secs_f64()) as u64;
+        by_rate.clamp(min.min(max), max)
+    }
+
+    pub fn view(&self, w: &super::WindowCfg, now: Time) -> RailView {
+        let rate = self.est.rate(now);
         RailView {
             up: self.up,
             inflight: self.inflight,
-            window,
-            rate: self.est.rate(now),
+            window: self.window(w.min, w.max, w.time, now),
+            rate,
             bandwidth: self.caps.bandwidth,
             latency: self.est.latency().unwrap_or(self.caps.latency),
             last_sample: self.est.last_sample,

@@ -181,7 +181,7 @@ impl Core {
                 Ok(())
             }
             PayloadDest::Discard => {
-                if complete && hdr.op.carries_data() {
+                if complete && hdr.op.carries_data() && !self.dropped_while_leased(peer, hdr) {
                     self.received(peer, rail, hdr, now);
                 }
                 Ok(())
@@ -438,6 +438,16 @@ impl Core {
             }
         }
         self.try_finish(peer, seq, now);
+    }
+
+    /// True if the payload of `hdr` was dropped only because another rail
+    /// was reading the same range into the buffer at the time: those bytes
+    /// are not in, and if that read fails the sender must still re-send
+    /// them, so the copy is neither recorded nor acknowledged.
+    fn dropped_while_leased(&self, peer: PeerId, hdr: &FrameHeader) -> bool {
+        let Some(m) = self.peers[&peer].inc.get(&hdr.seq) else { return false };
+        matches!(m.buf, InBuf::Own(_) | InBuf::User(_))
+            && !m.received.contains(hdr.offset, hdr.offset + hdr.frag_len as u64)
     }
 
     fn check_duplicate(&self, peer: PeerId, hdr: &FrameHeader, bytes: &[u8]) -> Result<(), ProtocolError> {

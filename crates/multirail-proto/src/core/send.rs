@@ -130,12 +130,12 @@ impl Core {
     /// new chunks to rails with room, for one peer.
     pub(crate) fn schedule(&mut self, peer: PeerId, now: Time) {
         let (eager_limit, window, chunk, rank) =
-            (self.cfg.eager_limit, self.cfg.rail_window, self.cfg.chunk, self.cfg.rank);
+            (self.cfg.eager_limit, self.cfg.window_cfg(), self.cfg.chunk, self.cfg.rank);
         let Some(p) = self.peers.get_mut(&peer) else { return };
         if p.failed.is_some() || p.up_rails() == 0 {
             return;
         }
-        let mut views: Vec<RailView> = p.rails.iter().map(|r| r.view(window, now)).collect();
+        let mut views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
         let mut woken = Vec::new();
 
         // 1. Start messages in order while the peer's credits allow.
@@ -272,7 +272,7 @@ impl Core {
 
     /// Handles a CTS: the receiver posted a buffer for message `seq`.
     pub(crate) fn rx_cts(&mut self, peer: PeerId, hdr: &FrameHeader, now: Time) -> Result<(), ProtocolError> {
-        let (rank, chunk, window) = (self.cfg.rank, self.cfg.chunk, self.cfg.rail_window);
+        let (rank, chunk, window) = (self.cfg.rank, self.cfg.chunk, self.cfg.window_cfg());
         let p = self.peers.get_mut(&peer).expect("caller checked");
         if hdr.seq >= p.next_seq {
             return Err(ProtocolError::UnknownMessage { op: hdr.op, seq: hdr.seq });
@@ -288,7 +288,7 @@ impl Core {
             self.events.push_back(Event::SendDone { req, result: Ok(()) });
             return Ok(());
         }
-        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(window, now)).collect();
+        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
         m.state = OutState::Sending;
         m.tier = self.cfg.policy.tier_of(m.len());
         let info = MessageInfo { len: m.len(), rank, peer };
@@ -348,9 +348,9 @@ impl Core {
     /// After `rail` failed: its unacknowledged fragments become orphans
     /// for the survivors, and RTSs sent on it are sent again.
     pub(crate) fn requeue_rail(&mut self, peer: PeerId, rail: RailId, now: Time) {
-        let window = self.cfg.rail_window;
+        let window = self.cfg.window_cfg();
         let Some(p) = self.peers.get_mut(&peer) else { return };
-        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(window, now)).collect();
+        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
         for (&seq, m) in p.out.iter_mut() {
             for (&off, f) in m.frags.iter_mut() {
                 if f.rail == rail && matches!(f.state, FragState::Queued | FragState::Written) {
