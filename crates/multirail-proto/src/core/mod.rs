@@ -120,8 +120,8 @@ impl Default for Config {
             rail_window: 16 << 20,
             rail_window_min: 512 << 10,
             rail_window_time: Duration::from_millis(2),
-            heartbeat_interval: Duration::from_millis(500),
-            heartbeat_timeout: Duration::from_secs(3),
+            heartbeat_interval: Duration::from_millis(100),
+            heartbeat_timeout: Duration::from_millis(600),
         }
     }
 }
@@ -462,6 +462,7 @@ impl Core {
         }
         let Some(r) = p.rails.get_mut(rail) else { return };
         r.up = true;
+        r.suspect = false;
         r.caps = caps;
         r.down_reason = None;
         r.last_rx = now;
@@ -708,6 +709,7 @@ impl Core {
     pub fn rail_activity(&mut self, peer: PeerId, rail: RailId, now: Time) {
         if let Some(r) = self.peers.get_mut(&peer).and_then(|p| p.rails.get_mut(rail)) {
             r.last_rx = now;
+            r.suspect = false;
         }
     }
 

@@ -171,6 +171,9 @@ pub(crate) struct RailState {
     pub last_tx: Time,
     pub last_rx: Time,
     pub last_used: Option<Time>,
+    /// A fragment timed out on this rail: no new data goes to it until a
+    /// frame arrives on it (proof of life) or it is declared down.
+    pub suspect: bool,
     /// Ranges received on this rail and not yet acknowledged.
     pub acks: Vec<AckRange>,
     pub ack_bytes: u64,
@@ -193,6 +196,7 @@ impl RailState {
             last_tx: Time::ZERO,
             last_rx: Time::ZERO,
             last_used: None,
+            suspect: false,
             acks: Vec::new(),
             ack_bytes: 0,
             down_reason: None,
@@ -216,7 +220,7 @@ impl RailState {
     pub fn view(&self, w: &super::WindowCfg, now: Time) -> RailView {
         let rate = self.est.rate(now);
         RailView {
-            up: self.up,
+            up: self.up && !self.suspect,
             inflight: self.inflight,
             window: self.window(w.min, w.max, w.time, now),
             rate,

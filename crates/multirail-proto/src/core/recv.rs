@@ -132,7 +132,10 @@ impl Core {
             return Ok(PayloadDest::Discard);
         }
         match p.rails.get_mut(rail) {
-            Some(r) if r.up => r.last_rx = now,
+            Some(r) if r.up => {
+                r.last_rx = now;
+                r.suspect = false;
+            }
             // A rail we declared down: the driver is closing it.
             _ => return Ok(PayloadDest::Discard),
         }

@@ -415,32 +415,29 @@ impl Core {
         Some(fr.stamp.sent_time + RTO_MIN.max((drain + lat * 2) * 3))
     }
 
-    /// Presumes lost the oldest fragment of each rail whose retransmission
-    /// timer expired (one at a time: the re-send's ACK tells about the rest).
+    /// A fragment on a rail went unacknowledged far longer than the rail's
+    /// queue explains: the rail is suspect. Everything unacknowledged on it
+    /// moves to the other rails now, and it gets no new data until a frame
+    /// arrives on it (or the heartbeat timeout declares it down).
     pub(crate) fn expire_rto(&mut self, peer: PeerId, now: Time) {
         let Some(p) = self.peers.get_mut(&peer) else { return };
-        let mut any = false;
-        for rail in 0..p.rails.len() {
-            if !p.rails[rail].up || Self::rto_deadline(p, rail).is_none_or(|d| d > now) {
-                continue;
-            }
-            while let Some(f) = p.rails[rail].written_log.pop_front() {
-                let Some(fr) = p.out.get_mut(&f.seq).and_then(|m| m.frags.get_mut(&f.offset)) else { continue };
-                if fr.state != FragState::Written || fr.rail != rail {
-                    continue;
-                }
-                fr.state = FragState::Orphaned;
-                let r = &mut p.rails[rail];
-                r.inflight = r.inflight.saturating_sub(fr.len as u64);
-                r.written_unacked = r.written_unacked.saturating_sub(fr.len as u64);
-                r.stats.lost += 1;
-                p.retx.push_back((f.seq, f.offset));
-                any = true;
-                break;
-            }
+        let expired: Vec<RailId> = (0..p.rails.len())
+            .filter(|&r| p.rails[r].up && Self::rto_deadline(p, r).is_some_and(|d| d <= now))
+            .collect();
+        if expired.is_empty() {
+            return;
         }
-        if any {
-            self.schedule(peer, now);
+        for rail in expired {
+            let p = self.peers.get_mut(&peer).expect("checked");
+            let r = &mut p.rails[rail];
+            r.suspect = true;
+            r.stats.lost += 1;
+            r.data.clear();
+            r.written_log.clear();
+            r.inflight = 0;
+            r.written_unacked = 0;
+            self.requeue_rail(peer, rail, now);
         }
+        self.schedule(peer, now);
     }
 }
