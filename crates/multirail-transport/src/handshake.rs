@@ -2,7 +2,7 @@
 //! blocking stream, with a deadline, before the connection becomes a rail.
 
 use std::io::{self, Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use multirail_proto::handshake::{AcceptorWaiting, ConnectorSent, HandshakeError, LocalHello, PeerHello};
 use multirail_proto::wire::{HelloRepr, RejectReason};
@@ -18,18 +18,34 @@ pub enum HandshakeFailure {
     Refused(#[from] HandshakeError),
 }
 
-fn read_msg<S: Read>(s: &mut S, timeout: Duration) -> Result<[u8; HelloRepr::LEN], HandshakeFailure> {
+/// Reads one whole handshake message within `timeout` (for the message,
+/// not for each read: a peer dripping bytes slowly does not extend it).
+fn read_msg<S: Read + Timeouts>(s: &mut S, timeout: Duration) -> Result<[u8; HelloRepr::LEN], HandshakeFailure> {
+    let deadline = Instant::now() + timeout;
     let mut b = [0u8; HelloRepr::LEN];
-    match s.read_exact(&mut b) {
-        Ok(()) => Ok(b),
-        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-            Err(HandshakeFailure::Timeout(timeout))
+    let mut got = 0;
+    while got < b.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(HandshakeFailure::Timeout(timeout));
         }
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-            Err(HandshakeFailure::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed during handshake")))
+        s.set_timeouts(Some(left))?;
+        match s.read(&mut b[got..]) {
+            Ok(0) => {
+                return Err(HandshakeFailure::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "peer closed during handshake",
+                )));
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(HandshakeFailure::Timeout(timeout));
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => Err(e.into()),
     }
+    Ok(b)
 }
 
 /// Something we can set a read timeout on.

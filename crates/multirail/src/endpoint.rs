@@ -267,6 +267,12 @@ impl Endpoint {
     pub fn rail_errors(&self) -> Vec<(u32, usize, String)> {
         self.shared.lock().rail_errors.clone()
     }
+    /// Bytes of unexpected eager data buffered for `peer` (bounded by
+    /// `MULTIRAIL_UNEXPECTED_LIMIT`), for tests.
+    #[doc(hidden)]
+    pub fn unexpected_bytes(&self, peer: u32) -> u64 {
+        self.shared.lock().core.unexpected_bytes(peer)
+    }
 
     fn engine(&self) -> Result<&Engine, Error> {
         self.engine.as_ref().ok_or(Error::Shutdown)

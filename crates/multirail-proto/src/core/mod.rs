@@ -120,8 +120,8 @@ impl Default for Config {
             rail_window: 16 << 20,
             rail_window_min: 512 << 10,
             rail_window_time: Duration::from_millis(2),
-            heartbeat_interval: Duration::from_millis(100),
-            heartbeat_timeout: Duration::from_millis(600),
+            heartbeat_interval: Duration::from_millis(250),
+            heartbeat_timeout: Duration::from_millis(1500),
         }
     }
 }

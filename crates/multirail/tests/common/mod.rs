@@ -63,3 +63,26 @@ pub fn job<T: Send>(n: u32, make: impl Fn(u32) -> Builder + Sync, f: impl Fn(End
         hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
     })
 }
+
+/// Resident memory of this process in bytes (`/proc/self/statm`, second
+/// field, in pages; the page size comes from `/proc/self/smaps`).
+pub fn rss_bytes() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let page = *PAGE.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/smaps")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("KernelPageSize:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(4096, |kb| kb * 1024)
+    });
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("resident pages in statm");
+    pages * page
+}
+
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
