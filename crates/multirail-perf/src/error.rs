@@ -28,7 +28,7 @@ pub enum BenchError {
     #[error(transparent)]
     Validation(#[from] ValidationError),
     /// The multirail channel failed (a peer died, a setting is invalid...).
-    #[error("communication failed: {0}")]
+    #[error("communication failed")]
     Net(#[from] multirail::Error),
     /// The spec cannot run on this job (names what is wrong).
     #[error("invalid benchmark: {0}")]

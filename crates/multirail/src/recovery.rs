@@ -16,6 +16,9 @@ use crate::shared::Shared;
 
 /// How often the threads look at the rails.
 const TICK: Duration = Duration::from_millis(20);
+/// A rail that fails again within this time of reconnecting counts as
+/// flapping: its backoff keeps growing instead of starting over.
+const STABLE: Duration = Duration::from_secs(2);
 /// Handshakes in progress at once per listener (a peer that never
 /// finishes its HELLO costs one of these until the handshake timeout).
 const MAX_HANDSHAKES: usize = 16;
@@ -101,37 +104,57 @@ fn accept_loop(shared: &Arc<Shared>, me: &Me, k: usize, l: TcpListener, stop: &A
     }
 }
 
+/// Reconnection state of one rail.
+struct Backoff {
+    /// When to try next (set once the rail is seen down).
+    next: Option<Instant>,
+    /// Current delay between attempts.
+    delay: Duration,
+    /// When the rail last came back up.
+    since: Option<Instant>,
+}
+
 fn reconnect_loop(shared: &Arc<Shared>, me: &Me, table: &Table, stop: &AtomicBool) {
     let first = me.cfg.reconnect.unwrap_or(Duration::from_millis(100));
-    // slot -> (next attempt, current backoff)
-    let mut plan: HashMap<usize, (Instant, Duration)> = HashMap::new();
+    let mut backoffs: HashMap<usize, Backoff> = HashMap::new();
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(TICK);
         for (i, s) in shared.slots.iter().enumerate() {
-            if s.peer >= me.rank || s.lock_conn().is_some() {
-                plan.remove(&i);
-                continue;
-            }
-            if !shared.peer_wanted(s.peer) {
+            if s.peer >= me.rank || !shared.peer_wanted(s.peer) {
                 continue;
             }
             let now = Instant::now();
-            let (at, backoff) = plan.entry(i).or_insert((now + first, first));
-            if now < *at {
+            let b = backoffs.entry(i).or_insert(Backoff { next: None, delay: first, since: None });
+            if s.lock_conn().is_some() {
+                if b.since.is_some_and(|t| now.duration_since(t) >= STABLE) {
+                    *b = Backoff { next: None, delay: first, since: None };
+                }
+                continue;
+            }
+            // Down: schedule the next attempt, later each time it fails or flaps.
+            let at = *b.next.get_or_insert_with(|| {
+                let flapping = b.since.is_some_and(|t| now.duration_since(t) < STABLE);
+                if flapping {
+                    b.delay = (b.delay * 2).min(me.cfg.reconnect_max);
+                }
+                now + b.delay
+            });
+            if now < at {
                 continue;
             }
             match bootstrap::connect_rail(me, s.peer, s.rail, table[s.peer as usize][s.rail]) {
                 Ok(c) => match install(shared, &me.cfg, c) {
                     Ok(()) => {
                         tracing::info!("rail {} to rank {} reconnected", s.rail, s.peer);
-                        plan.remove(&i);
+                        b.next = None;
+                        b.since = Some(Instant::now());
                     }
                     Err(e) => tracing::warn!("rail {} to rank {}: {e}", s.rail, s.peer),
                 },
                 Err(e) => {
-                    tracing::debug!("reconnect failed, next try in {:?}: {e}", *backoff * 2);
-                    *backoff = (*backoff * 2).min(me.cfg.reconnect_max);
-                    *at = now + *backoff;
+                    b.delay = (b.delay * 2).min(me.cfg.reconnect_max);
+                    b.next = Some(now + b.delay);
+                    tracing::debug!("reconnect failed, next try in {:?}: {e}", b.delay);
                 }
             }
         }

@@ -239,6 +239,7 @@ impl Shared {
                 self.with_core(|c, now| {
                     while rail.queued_bytes() < FILL_TARGET {
                         let Some(t) = c.poll_transmit(s.peer, s.rail, now) else { break };
+                        tracing::trace!(peer = s.peer, rail = s.rail, op = ?t.header.op, seq = t.header.seq, off = t.header.offset, len = t.header.frag_len, "tx");
                         rail.send(&t.header, t.payload);
                     }
                 });
@@ -313,6 +314,7 @@ struct CoreSink<'a> {
 
 impl FrameSink for CoreSink<'_> {
     fn on_header(&mut self, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
+        tracing::trace!(peer = self.peer, rail = self.rail, op = ?hdr.op, seq = hdr.seq, off = hdr.offset, len = hdr.frag_len, "rx");
         self.shared.with_core(|c, now| c.on_header(self.peer, self.rail, hdr, now))
     }
     fn on_payload(&mut self, hdr: &FrameHeader, dest: PayloadDest, complete: bool) -> Result<(), ProtocolError> {

@@ -300,9 +300,11 @@ impl Core {
             if m.eager {
                 return Err(ProtocolError::Inconsistent { seq, what: "RTS for an eager message" });
             }
+            // The sender re-sent its RTS (its first rail failed): answer
+            // on the rail it uses now.
+            m.rts_rail = rail;
             if m.cts_sent {
                 // Our CTS may have died with a rail: send it again.
-                m.rts_rail = rail;
                 let cts = cts_frame(seq, m.tag, m.total, false);
                 p.rails[rail].ctrl.push_back(cts);
                 self.wakeups.insert((peer, rail));

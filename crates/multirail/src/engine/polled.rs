@@ -137,6 +137,7 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     let deadlines = shared.slots.iter().map(|s| s.lock_conn().as_ref().and_then(|r| r.deadline()));
     let timeout = if busy { Duration::ZERO } else { sleep_for(deadlines.chain([timers])).min(cap) };
     let PollState { poll, events, .. } = st;
+    let t0 = std::time::Instant::now();
     if let Err(e) = poll.poll(events, Some(timeout)) {
         if e.kind() != std::io::ErrorKind::Interrupted {
             tracing::error!("epoll failed: {e}");
@@ -144,6 +145,9 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
         return;
     }
     let ready: Vec<usize> = st.events.iter().map(|e| e.token().0).filter(|&t| t < n).collect();
+    if st.events.is_empty() && timeout >= Duration::from_millis(5) {
+        tracing::debug!("poll slept {:?} (timeout {:?}) with nothing ready", t0.elapsed(), timeout);
+    }
     for i in ready {
         service(shared, st, i);
     }
