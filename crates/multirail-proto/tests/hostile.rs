@@ -41,7 +41,13 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn cfg() -> Config {
-    Config { rank: 0, unexpected_limit: LIMIT, eager_limit: 16 << 10, heartbeat_interval: Duration::ZERO, ..Config::default() }
+    Config {
+        rank: 0,
+        unexpected_limit: LIMIT,
+        eager_limit: 16 << 10,
+        heartbeat_interval: Duration::ZERO,
+        ..Config::default()
+    }
 }
 
 // ----- frame builders -----
@@ -104,7 +110,14 @@ impl Harness {
                 core.rail_up(peer, r, RailCaps::default(), LIMIT, Time::ZERO);
             }
         }
-        Harness { core, now: Time::ZERO, recvs: HashMap::new(), sends: HashMap::new(), rail_downs: Vec::new(), failed: Vec::new() }
+        Harness {
+            core,
+            now: Time::ZERO,
+            recvs: HashMap::new(),
+            sends: HashMap::new(),
+            rail_downs: Vec::new(),
+            failed: Vec::new(),
+        }
     }
 
     fn tick(&mut self) -> Time {
@@ -314,7 +327,13 @@ fn fragment_with_another_total_length() {
     let mut h = Harness::new();
     let p = pattern(3, 200);
     h.ok(1, 0, eager(0, 7, 200, 0, 100), &p[..100]);
-    h.refused(1, 0, eager(0, 7, 300, 100, 100), &p[100..], ProtocolError::Inconsistent { seq: 0, what: "total length" });
+    h.refused(
+        1,
+        0,
+        eager(0, 7, 300, 100, 100),
+        &p[100..],
+        ProtocolError::Inconsistent { seq: 0, what: "total length" },
+    );
     h.ok(1, 1, eager(0, 7, 200, 100, 100), &p[100..]);
     h.expect_message(1, 7, &p);
     h.still_serving(1, 1, 0);
@@ -335,7 +354,13 @@ fn rts_for_an_eager_message() {
 fn eager_fragment_for_a_rendezvous_message() {
     let mut h = Harness::new();
     h.ok(1, 0, rts(0, 7, 200), &[]);
-    h.refused(1, 0, eager(0, 7, 200, 0, 100), &[0; 100], ProtocolError::Inconsistent { seq: 0, what: "eager vs rendezvous" });
+    h.refused(
+        1,
+        0,
+        eager(0, 7, 200, 0, 100),
+        &[0; 100],
+        ProtocolError::Inconsistent { seq: 0, what: "eager vs rendezvous" },
+    );
     h.still_serving(1, 1, 0);
 }
 
@@ -418,7 +443,9 @@ fn exact_duplicates_are_dropped_acknowledged_and_delivered_once() {
         }
     }
     let covers = |rail: RailId, off: u64, len: u64| {
-        acked.get(&rail).is_some_and(|v| v.iter().any(|r| r.seq == 0 && r.offset <= off && r.offset + r.len as u64 >= off + len))
+        acked
+            .get(&rail)
+            .is_some_and(|v| v.iter().any(|r| r.seq == 0 && r.offset <= off && r.offset + r.len as u64 >= off + len))
     };
     assert!(covers(0, 0, 100) && covers(1, 0, 100) && covers(0, 100, 100) && covers(2, 100, 100), "{acked:?}");
     assert!(covers(2, 0, 100) && covers(0, 0, 200), "duplicates after delivery acknowledged: {acked:?}");
@@ -513,9 +540,14 @@ fn honest_sender_waits_for_credit() {
     // More messages than eager credit plus RTS credits cover.
     let n = (LIMIT / 1064 + RTS_CREDITS + 800) as usize;
     let sizes: Vec<usize> = (0..n).map(|i| [1000, 1, 0, 5000, 16 << 10][i % 5]).collect();
-    let sends: Vec<ReqId> = sizes.iter().enumerate().map(|(i, &s)| sim.isend(0, 1, i as u64, Bytes::from(pattern(i as u64, s)))).collect();
+    let sends: Vec<ReqId> =
+        sizes.iter().enumerate().map(|(i, &s)| sim.isend(0, 1, i as u64, Bytes::from(pattern(i as u64, s)))).collect();
     let bounded = |sim: &Sim| {
-        assert!(sim.nodes[1].unexpected_bytes(0) <= LIMIT, "receiver holds {} > {LIMIT}", sim.nodes[1].unexpected_bytes(0));
+        assert!(
+            sim.nodes[1].unexpected_bytes(0) <= LIMIT,
+            "receiver holds {} > {LIMIT}",
+            sim.nodes[1].unexpected_bytes(0)
+        );
         assert!(sim.errors.is_empty(), "{:?}", sim.errors);
     };
     let mut steps = 0;
@@ -568,7 +600,13 @@ fn rts_beyond_the_rts_credit() {
 #[test]
 fn eager_message_larger_than_the_unexpected_limit() {
     let mut h = Harness::new();
-    h.refused(1, 0, eager(0, 7, LIMIT + 1, 0, 1000), &[0; 1000], ProtocolError::EagerTooLong { len: LIMIT + 1, limit: LIMIT });
+    h.refused(
+        1,
+        0,
+        eager(0, 7, LIMIT + 1, 0, 1000),
+        &[0; 1000],
+        ProtocolError::EagerTooLong { len: LIMIT + 1, limit: LIMIT },
+    );
     // One that fits the whole credit exactly is fine.
     let fits = (LIMIT - MESSAGE_OVERHEAD) as usize;
     let p = h.good_eager(1, 1, 0, 7, fits);
@@ -713,7 +751,10 @@ fn header_impossible_lengths_in_data_frames() {
         assert!(parse(&hdr(op, 0, 0, lim.max_message, lim.max_message - 10, 10)).is_ok(), "boundary accepted");
     }
     // A frame of u32::MAX bytes, and the boundary.
-    assert_eq!(parse(&eager(0, 0, 1 << 33, 0, u32::MAX)), Err(WireError::FrameTooLong { len: u32::MAX, max: lim.max_frame }));
+    assert_eq!(
+        parse(&eager(0, 0, 1 << 33, 0, u32::MAX)),
+        Err(WireError::FrameTooLong { len: u32::MAX, max: lim.max_frame })
+    );
     assert!(parse(&eager(0, 0, 1 << 33, 0, lim.max_frame)).is_ok());
     assert!(parse(&eager(0, 0, 1 << 33, 0, lim.max_frame + 1)).is_err());
     // An ACK claiming u32::MAX ranges without the payload for them.
@@ -733,4 +774,56 @@ fn header_control_frames_carry_no_payload_or_checksum() {
         h.flags = Flags::CHECKSUM;
         assert_eq!(parse(&h), Err(WireError::UnknownFlags(Flags::CHECKSUM.0)), "{op:?}");
     }
+}
+
+// ----- a peer that acknowledges early, re-sends RTS forever, or never reads -----
+
+#[test]
+fn ack_for_data_not_yet_written_still_completes_the_send() {
+    let mut h = Harness::new();
+    let now = h.tick();
+    let req = h.core.isend(1, 5, Bytes::from(pattern(5, 1000)), now);
+    h.collect();
+    // The peer acknowledges message 0 before we wrote a byte of it.
+    let (ah, ap) = ack(&[AckRange { seq: 0, offset: 0, len: 1000 }]);
+    h.ok(1, 0, ah, &ap);
+    h.drain_tx(1);
+    assert_eq!(h.sends.remove(&req), Some(Ok(())), "the send completes instead of hanging");
+    assert_eq!(h.core.unacked_messages(), 0);
+}
+
+#[test]
+fn duplicate_rts_flood_queues_a_bounded_number_of_cts() {
+    let mut h = Harness::new();
+    let req = h.irecv(Some(1), Some(9), 100_000);
+    h.ok(1, 0, rts(0, 9, 100_000), &[]);
+    for _ in 0..10_000 {
+        h.ok(1, 0, rts(0, 9, 100_000), &[]);
+    }
+    let ctses = h.drain_tx(1).iter().filter(|(_, t)| t.header.op == Op::Cts).count();
+    assert!(ctses <= 17, "{ctses} CTS queued for one message");
+    assert!(!h.recvs.contains_key(&req), "still waiting for the data");
+    h.still_serving(1, 1, 0);
+}
+
+#[test]
+fn peer_that_never_reads_its_acknowledgements_is_cut_off() {
+    let mut h = Harness::new();
+    // Tiny eager messages, each acknowledged on rail 0; we never hand the
+    // ACK frames to the (stalled) connection.
+    let mut refused = None;
+    for seq in 0..2_000_000u64 {
+        let p = pattern(seq, 1);
+        match h.frame(1, 0, eager(seq, 3, 1, 0, 1), &p) {
+            Ok(()) => {
+                let req = h.irecv(Some(1), Some(3), 1);
+                assert!(h.recvs.remove(&req).is_some());
+            }
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(matches!(refused, Some(ProtocolError::ControlBacklog { .. })), "{refused:?}");
 }

@@ -253,6 +253,8 @@ pub enum ProtocolError {
     UnknownMessage { op: Op, seq: u64 },
     #[error("ACK for bytes that were never sent (message {seq})")]
     BogusAck { seq: u64 },
+    #[error("peer keeps sending but does not read: {bytes} bytes of control frames queued for it")]
+    ControlBacklog { bytes: usize },
 }
 
 /// Something the driver or application should know.
@@ -471,7 +473,7 @@ impl Core {
         r.written_unacked = 0;
         r.handed.clear();
         r.written_log.clear();
-        r.ctrl.clear();
+        r.clear_ctrl();
         r.data.clear();
         r.acks.clear();
         r.ack_bytes = 0;
@@ -496,7 +498,7 @@ impl Core {
         r.up = false;
         r.down_reason = Some(reason.to_string());
         r.stats.downs += 1;
-        r.ctrl.clear();
+        r.clear_ctrl();
         r.data.clear();
         r.handed.clear();
         r.written_log.clear();
@@ -597,7 +599,7 @@ impl Core {
             let p = self.peers.get_mut(&id).expect("id from keys");
             for (i, r) in p.rails.iter_mut().enumerate() {
                 if r.up {
-                    r.ctrl.push_back(Transmit { header: FrameHeader::new(Op::Close), payload: Bytes::new() });
+                    r.push_ctrl(Transmit { header: FrameHeader::new(Op::Close), payload: Bytes::new() });
                     self.wakeups.insert((id, i));
                 }
             }
@@ -630,7 +632,7 @@ impl Core {
         if !r.up {
             return None;
         }
-        if let Some(t) = r.ctrl.pop_front() {
+        if let Some(t) = r.pop_ctrl() {
             r.handed.push_back(rail::Handed::Ctrl);
             r.last_tx = now;
             return Some(t);
@@ -693,7 +695,7 @@ impl Core {
                 if now.since(r.last_rx) >= timeout {
                     dead.push(i);
                 } else if now.since(r.last_tx) >= interval && !r.has_output() {
-                    r.ctrl.push_back(Transmit { header: FrameHeader::new(Op::Heartbeat), payload: Bytes::new() });
+                    r.push_ctrl(Transmit { header: FrameHeader::new(Op::Heartbeat), payload: Bytes::new() });
                     r.last_tx = now;
                     self.wakeups.insert((id, i));
                 }

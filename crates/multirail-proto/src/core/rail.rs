@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::sched::RailView;
 use crate::time::Time;
-use crate::wire::AckRange;
+use crate::wire::{AckRange, FrameHeader};
 
 use super::{RailCaps, Transmit};
 
@@ -156,6 +156,8 @@ pub(crate) struct RailState {
     pub up: bool,
     pub caps: RailCaps,
     pub ctrl: VecDeque<Transmit>,
+    /// Bytes (headers and payloads) in `ctrl`.
+    pub ctrl_bytes: usize,
     pub data: VecDeque<FragRef>,
     pub handed: VecDeque<Handed>,
     /// Data fragments written on this rail and not yet known delivered, in
@@ -187,6 +189,7 @@ impl RailState {
             up: false,
             caps: RailCaps::default(),
             ctrl: VecDeque::new(),
+            ctrl_bytes: 0,
             data: VecDeque::new(),
             handed: VecDeque::new(),
             written_log: VecDeque::new(),
@@ -202,6 +205,22 @@ impl RailState {
             down_reason: None,
             stats: RailStats::default(),
         }
+    }
+
+    pub fn push_ctrl(&mut self, t: Transmit) {
+        self.ctrl_bytes += FrameHeader::LEN + t.payload.len();
+        self.ctrl.push_back(t);
+    }
+
+    pub fn pop_ctrl(&mut self) -> Option<Transmit> {
+        let t = self.ctrl.pop_front()?;
+        self.ctrl_bytes -= FrameHeader::LEN + t.payload.len();
+        Some(t)
+    }
+
+    pub fn clear_ctrl(&mut self) {
+        self.ctrl.clear();
+        self.ctrl_bytes = 0;
     }
 
     pub fn has_output(&self) -> bool {

@@ -14,6 +14,16 @@ use super::{
 };
 use crate::time::Time;
 
+/// Ranges pending acknowledgement on one rail before an ACK goes out
+/// regardless of bytes (a flood of tiny fragments cannot grow the list).
+const MAX_PENDING_RANGES: usize = 1024;
+/// CTS answers to re-sent RTSs for one message (a sender re-sends its RTS
+/// once per failed rail; more is a peer misbehaving).
+const MAX_CTS_RESENDS: u8 = 16;
+/// Bytes of control frames queued for one rail. A peer that keeps sending
+/// while it does not read ours would grow this without bound.
+pub const MAX_CTRL_BACKLOG: usize = 4 << 20;
+
 /// Where a message's bytes go.
 #[derive(Debug)]
 pub(crate) enum InBuf {
@@ -45,6 +55,7 @@ pub(crate) struct InMsg {
     /// Rail the RTS came on; the CTS goes back on it.
     pub rts_rail: RailId,
     pub cts_sent: bool,
+    pub cts_resends: u8,
 }
 
 impl InMsg {
@@ -61,6 +72,7 @@ impl InMsg {
             credit,
             rts_rail: rail,
             cts_sent: false,
+            cts_resends: 0,
         }
     }
 
@@ -132,6 +144,9 @@ impl Core {
             return Ok(PayloadDest::Discard);
         }
         match p.rails.get_mut(rail) {
+            Some(r) if r.up && r.ctrl_bytes >= MAX_CTRL_BACKLOG => {
+                return Err(ProtocolError::ControlBacklog { bytes: r.ctrl_bytes });
+            }
             Some(r) if r.up => {
                 r.last_rx = now;
                 r.suspect = false;
@@ -303,10 +318,11 @@ impl Core {
             // The sender re-sent its RTS (its first rail failed): answer
             // on the rail it uses now.
             m.rts_rail = rail;
-            if m.cts_sent {
+            if m.cts_sent && m.cts_resends < MAX_CTS_RESENDS {
+                m.cts_resends += 1;
                 // Our CTS may have died with a rail: send it again.
                 let cts = cts_frame(seq, m.tag, m.total, false);
-                p.rails[rail].ctrl.push_back(cts);
+                p.rails[rail].push_ctrl(cts);
                 self.wakeups.insert((peer, rail));
             }
             return Ok(());
@@ -373,7 +389,7 @@ impl Core {
         let credit = if !m.eager {
             let cts = cts_frame(seq, m.tag, m.total, false);
             let rail = if p.rails[m.rts_rail].up { m.rts_rail } else { p.rails.iter().position(|r| r.up).unwrap_or(0) };
-            p.rails[rail].ctrl.push_back(cts);
+            p.rails[rail].push_ctrl(cts);
             self.wakeups.insert((peer, rail));
             m.req = Some(req);
             m.cts_sent = true;
@@ -410,7 +426,7 @@ impl Core {
             p.rts_used -= 1;
             p.rts_return += 1;
             let rail = if p.rails[m.rts_rail].up { m.rts_rail } else { p.rails.iter().position(|r| r.up).unwrap_or(0) };
-            p.rails[rail].ctrl.push_back(cts_frame(seq, m.tag, m.total, true));
+            p.rails[rail].push_ctrl(cts_frame(seq, m.tag, m.total, true));
             self.wakeups.insert((peer, rail));
             p.inc.remove(&seq);
             p.done.insert(seq, seq + 1);
@@ -436,7 +452,7 @@ impl Core {
             if r.up {
                 r.note_received(seq, hdr.offset, hdr.frag_len);
             }
-            if r.ack_bytes >= ack_bytes || big_done {
+            if r.ack_bytes >= ack_bytes || big_done || r.acks.len() >= MAX_PENDING_RANGES {
                 self.flush_rail_acks(peer, rail);
             } else if p.ack_due.is_none() {
                 p.ack_due = Some(now + ack_delay);
@@ -525,7 +541,7 @@ impl Core {
             h.tag = std::mem::take(&mut rts);
             h.aux = c.len() as u32;
             h.frag_len = repr.buffer_len() as u32;
-            r.ctrl.push_back(Transmit { header: h, payload: Bytes::from(repr.to_vec()) });
+            r.push_ctrl(Transmit { header: h, payload: Bytes::from(repr.to_vec()) });
         }
         self.wakeups.insert((peer, rail));
     }

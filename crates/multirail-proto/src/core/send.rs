@@ -155,7 +155,7 @@ impl Core {
                 let Some(rail) = least_loaded(&views) else { break };
                 p.rts_credits -= 1;
                 m.state = OutState::Rts { rail };
-                p.rails[rail].ctrl.push_back(m.rts(false));
+                p.rails[rail].push_ctrl(m.rts(false));
                 woken.push(rail);
             } else {
                 break;
@@ -331,6 +331,16 @@ impl Core {
                 }
                 f.state = FragState::Acked;
                 m.unacked -= 1;
+                if !f.ever_written {
+                    // Acknowledged before we wrote it (only a misbehaving
+                    // peer does that): it needs no writing any more.
+                    f.ever_written = true;
+                    m.unwritten -= 1;
+                }
+            }
+            if !m.completed && m.unwritten == 0 && m.plan_done() {
+                m.completed = true;
+                self.events.push_back(Event::SendDone { req: m.req, result: Ok(()) });
             }
         }
         for rail in touched {
@@ -361,7 +371,7 @@ impl Core {
             if m.state == (OutState::Rts { rail }) {
                 if let Some(to) = least_loaded(&views) {
                     m.state = OutState::Rts { rail: to };
-                    p.rails[to].ctrl.push_back(m.rts(true));
+                    p.rails[to].push_ctrl(m.rts(true));
                     self.wakeups.insert((peer, to));
                 }
             }
