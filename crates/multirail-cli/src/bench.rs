@@ -37,7 +37,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         let job = JobInfo { rank: 0, size: 2, root: Some(format!("0.0.0.0:{}", args.port)), source: "--server" };
         if !args.quiet {
             eprintln!("# waiting for the client on port {}; on the other host run:", args.port);
-            eprintln!("#   MULTIRAIL_KEY={key} multirail bench {} --connect THIS_HOST:{} ...", test_of(args.test), args.port);
+            eprintln!(
+                "#   MULTIRAIL_KEY={key} multirail bench {} --connect THIS_HOST:{} ...",
+                test_of(args.test),
+                args.port
+            );
         }
         return rank::run_with_key(&args, &job, Some(key));
     }
@@ -217,7 +221,10 @@ fn run_compare(args: &BenchArgs) -> anyhow::Result<i32> {
     if args.json {
         print!("{}", compare::json_lines(&cmp));
     } else {
-        println!("# multirail bench {} --compare: median of {rounds} rounds per configuration, alternating", test_of(args.test));
+        println!(
+            "# multirail bench {} --compare: median of {rounds} rounds per configuration, alternating",
+            test_of(args.test)
+        );
         print!("{}", compare::table(&cmp));
     }
     Ok(0)

@@ -3,7 +3,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-const ABOUT: &str = "Several network links as one fast, ordered, reliable message channel — and the tools to measure it.";
+const ABOUT: &str =
+    "Several network links as one fast, ordered, reliable message channel — and the tools to measure it.";
 
 const LONG_ABOUT: &str = "\
 multirail makes several network links (\"rails\": NICs, ports, TCP connections over

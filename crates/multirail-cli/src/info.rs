@@ -53,7 +53,8 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     for i in &ifs {
         let speed = i.speed_mbit.map_or("-".to_string(), |s| format!("{s} Mb/s"));
         let mtu = i.mtu.map_or("-".to_string(), |m| m.to_string());
-        let spec = if i.loopback { "tcp:127.0.0.N (any N: emulated rails)".to_string() } else { format!("tcp:{}", i.name) };
+        let spec =
+            if i.loopback { "tcp:127.0.0.N (any N: emulated rails)".to_string() } else { format!("tcp:{}", i.name) };
         println!(
             "{:<12} {:<6} {:>10} {:>6}  {:<40} {}",
             i.name,

@@ -20,7 +20,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let job = format!("run-{}", std::process::id());
     let mut children = Vec::new();
     for rank in 0..args.np {
-        let mut env = RankEnv { rank, size: args.np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
+        let mut env =
+            RankEnv { rank, size: args.np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
             env.extra.push(("MULTIRAIL_RAILS".into(), p.hosts[rank as usize].rails.clone()));

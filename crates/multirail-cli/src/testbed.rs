@@ -8,7 +8,8 @@ use crate::cli::TestbedCommand;
 pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
     match cmd {
         TestbedCommand::Up { hosts, rails, rate, prefix } => {
-            let spec = Spec { prefix: prefix.parse()?, hosts, rails, rates: tb::parse_rates(&rate)?, ..Spec::default() };
+            let spec =
+                Spec { prefix: prefix.parse()?, hosts, rails, rates: tb::parse_rates(&rate)?, ..Spec::default() };
             let status = tb::up(&spec)?;
             println!("{status}");
             println!("Run ranks in it with `multirail bench ... --testbed` or `multirail run --testbed -- CMD`;");
@@ -67,9 +68,13 @@ pub fn placement(enabled: bool, prefix: &str, ranks: u32) -> anyhow::Result<Opti
         return Ok(None);
     }
     let p: Prefix = prefix.parse()?;
-    let st = tb::status(&p)?.with_context(|| format!("no testbed '{prefix}': create one with `multirail testbed up`"))?;
+    let st =
+        tb::status(&p)?.with_context(|| format!("no testbed '{prefix}': create one with `multirail testbed up`"))?;
     if (ranks as usize) > st.hosts.len() {
-        bail!("{ranks} ranks need {ranks} testbed hosts, testbed '{prefix}' has {} (testbed up --hosts {ranks})", st.hosts.len());
+        bail!(
+            "{ranks} ranks need {ranks} testbed hosts, testbed '{prefix}' has {} (testbed up --hosts {ranks})",
+            st.hosts.len()
+        );
     }
     let mut hosts = Vec::new();
     for h in 0..ranks as usize {

@@ -128,7 +128,10 @@ fn csv_and_rail_stats() {
     let lines: Vec<&str> = t.lines().collect();
     assert_eq!(lines.len(), 2, "{t}");
     // Fields with commas (rail list, policy table) are quoted.
-    let fields = |l: &str| l.split('"').enumerate().map(|(i, part)| if i % 2 == 0 { part.matches(',').count() } else { 0 }).sum::<usize>() + 1;
+    let fields = |l: &str| {
+        l.split('"').enumerate().map(|(i, part)| if i % 2 == 0 { part.matches(',').count() } else { 0 }).sum::<usize>()
+            + 1
+    };
     assert_eq!(fields(lines[0]), fields(lines[1]), "{t}");
     assert!(lines[0].starts_with("test,size,value,unit"));
 
@@ -159,7 +162,16 @@ fn validate_catches_corruption_and_exits_non_zero() {
 #[test]
 fn compare_prints_medians_and_ratios() {
     let mut c = multirail(&[
-        "bench", "bw", "--sizes", "1M", "--rounds", "2", "--quiet", "--compare", "policy=*:single", "policy=*:stripe",
+        "bench",
+        "bw",
+        "--sizes",
+        "1M",
+        "--rounds",
+        "2",
+        "--quiet",
+        "--compare",
+        "policy=*:single",
+        "policy=*:stripe",
     ]);
     c.args(TINY);
     let o = run(&mut c);
@@ -174,7 +186,17 @@ fn compare_prints_medians_and_ratios() {
 #[test]
 fn fail_rail_on_loopback_completes_validated() {
     let mut c = multirail(&[
-        "bench", "bw", "--sizes", "1M", "--iterations", "40", "--warmup", "1", "--validate", "--fail-rail", "1@50ms:for=200ms",
+        "bench",
+        "bw",
+        "--sizes",
+        "1M",
+        "--iterations",
+        "40",
+        "--warmup",
+        "1",
+        "--validate",
+        "--fail-rail",
+        "1@50ms:for=200ms",
     ]);
     let o = run(&mut c);
     assert!(o.status.success());
@@ -200,7 +222,15 @@ fn bad_flags_are_explained() {
 
 #[test]
 fn run_gives_ranks_their_environment() {
-    let o = run(&mut multirail(&["run", "-n", "2", "--", "sh", "-c", "echo rank=$MULTIRAIL_RANK size=$MULTIRAIL_SIZE root=$MULTIRAIL_ROOT"]));
+    let o = run(&mut multirail(&[
+        "run",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo rank=$MULTIRAIL_RANK size=$MULTIRAIL_SIZE root=$MULTIRAIL_ROOT",
+    ]));
     assert!(o.status.success());
     let t = stdout(&o);
     assert!(t.contains("rank=0 size=2") && t.contains("rank=1 size=2") && t.contains("root=127.0.0.1:"), "{t}");
@@ -215,7 +245,17 @@ fn mpirun_launch() {
     }
     let o = Command::new("mpirun")
         .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
-        .args([env!("CARGO_BIN_EXE_multirail"), "bench", "latency", "--sizes", "8,1K", "--iterations", "20", "--warmup", "2"])
+        .args([
+            env!("CARGO_BIN_EXE_multirail"),
+            "bench",
+            "latency",
+            "--sizes",
+            "8,1K",
+            "--iterations",
+            "20",
+            "--warmup",
+            "2",
+        ])
         .env("OMPI_MCA_plm_rsh_agent", "")
         .output()
         .unwrap();

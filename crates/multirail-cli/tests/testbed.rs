@@ -42,8 +42,23 @@ fn validated_transfers_through_the_testbed_both_engines() {
     let Some(tb) = Testbed::up("v", "1gbit") else { return };
     for progress in ["polled", "threaded"] {
         let o = multirail(&[
-            "bench", "bw", "--testbed", "--testbed-prefix", &tb.0, "--pin", "0,1", "--progress", progress,
-            "--validate", "--sizes", "1,777,65536,1000003,4M", "--iterations", "3", "--warmup", "1", "--rail-stats",
+            "bench",
+            "bw",
+            "--testbed",
+            "--testbed-prefix",
+            &tb.0,
+            "--pin",
+            "0,1",
+            "--progress",
+            progress,
+            "--validate",
+            "--sizes",
+            "1,777,65536,1000003,4M",
+            "--iterations",
+            "3",
+            "--warmup",
+            "1",
+            "--rail-stats",
         ])
         .output()
         .unwrap();
@@ -63,14 +78,30 @@ fn validated_transfers_through_the_testbed_both_engines() {
 fn rail_taken_down_with_ip_link_mid_run() {
     let Some(tb) = Testbed::up("f", "1gbit") else { return };
     let o = multirail(&[
-        "bench", "bw", "--testbed", "--testbed-prefix", &tb.0, "--pin", "0,1", "--validate", "--sizes", "1M",
-        "--iterations", "60", "--warmup", "1", "--fail-rail", "1@300ms:for=700ms",
+        "bench",
+        "bw",
+        "--testbed",
+        "--testbed-prefix",
+        &tb.0,
+        "--pin",
+        "0,1",
+        "--validate",
+        "--sizes",
+        "1M",
+        "--iterations",
+        "60",
+        "--warmup",
+        "1",
+        "--fail-rail",
+        "1@300ms:for=700ms",
     ])
     .output()
     .unwrap();
     let err = check(&o, "bench with a failing rail");
     assert!(err.contains("rail 1 down at") && err.contains("back up at"), "{err}");
     // The interface is up again afterwards.
-    let o = multirail(&["testbed", "exec", "host0", "--prefix", &tb.0, "--", "ip", "-br", "link", "show", "rail1"]).output().unwrap();
+    let o = multirail(&["testbed", "exec", "host0", "--prefix", &tb.0, "--", "ip", "-br", "link", "show", "rail1"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("UP"), "rail1 is back up");
 }

@@ -90,9 +90,7 @@ pub enum CompareError {
 /// Splits `policy=adaptive` at the first `=` into a key and its value
 /// (values may hold `=`, `,` and `:`: `policy=16K:single,*:stripe`).
 pub fn parse_assignment(s: &str) -> Result<(CompareKey, String), CompareError> {
-    let (key, value) = s
-        .split_once('=')
-        .ok_or_else(|| CompareError::NotAssignment(s.to_string()))?;
+    let (key, value) = s.split_once('=').ok_or_else(|| CompareError::NotAssignment(s.to_string()))?;
     let key: CompareKey = key.parse()?;
     let value = value.trim();
     if value.is_empty() {
@@ -122,30 +120,15 @@ pub struct CompareRow {
 }
 
 /// Compares `results[config][round][size]`, labelled by `labels`.
-pub fn compare(
-    test: Test,
-    labels: &[String],
-    results: &[Vec<Vec<SizeResult>>],
-) -> Result<Comparison, CompareError> {
+pub fn compare(test: Test, labels: &[String], results: &[Vec<Vec<SizeResult>>]) -> Result<Comparison, CompareError> {
     if results.is_empty() {
         return Err(CompareError::NoConfigurations);
     }
     if labels.len() != results.len() {
-        return Err(CompareError::LabelCount {
-            labels: labels.len(),
-            configs: results.len(),
-        });
+        return Err(CompareError::LabelCount { labels: labels.len(), configs: results.len() });
     }
-    let rows = sizes(results)
-        .into_iter()
-        .map(|size| row(size, results))
-        .collect();
-    Ok(Comparison {
-        test,
-        unit: test.unit(),
-        labels: labels.to_vec(),
-        rows,
-    })
+    let rows = sizes(results).into_iter().map(|size| row(size, results)).collect();
+    Ok(Comparison { test, unit: test.unit(), labels: labels.to_vec(), rows })
 }
 
 /// Every size measured, in order of first appearance.
@@ -163,52 +146,22 @@ fn row(size: u64, results: &[Vec<Vec<SizeResult>>]) -> CompareRow {
     let values: Vec<Vec<f64>> = results
         .iter()
         .map(|rounds| {
-            rounds
-                .iter()
-                .flatten()
-                .filter(|r| r.size == size && !r.value.is_nan())
-                .map(|r| r.value)
-                .collect()
+            rounds.iter().flatten().filter(|r| r.size == size && !r.value.is_nan()).map(|r| r.value).collect()
         })
         .collect();
     let medians: Vec<Option<f64>> = values.iter().map(|v| median(v)).collect();
     let base = medians[0].filter(|b| *b != 0.0);
     let ratios = medians.iter().map(|m| Some(m.as_ref()? / base?)).collect();
-    CompareRow {
-        size,
-        rounds: values.iter().map(Vec::len).collect(),
-        medians,
-        ratios,
-    }
+    CompareRow { size, rounds: values.iter().map(Vec::len).collect(), medians, ratios }
 }
 
 /// The side-by-side table: `# Size  <label1>  <label2>  ratio2/1 ...`.
 pub fn table(cmp: &Comparison) -> String {
-    let widths: Vec<usize> = cmp
-        .labels
-        .iter()
-        .map(|l| (l.len() + 2).max(FIELD_WIDTH))
-        .collect();
-    let ratio_names: Vec<String> = (2..=cmp.labels.len())
-        .map(|k| format!("ratio{k}/1"))
-        .collect();
-    let mut out = format!(
-        "# multirail OSU-style {} v{}: comparison\n",
-        cmp.test.title(),
-        crate::VERSION
-    );
-    let rounds = cmp
-        .labels
-        .iter()
-        .enumerate()
-        .map(|(k, l)| format!("{l}: {}", max_rounds(cmp, k)))
-        .collect::<Vec<_>>();
-    let _ = writeln!(
-        out,
-        "# median {} over rounds ({})",
-        cmp.unit,
-        rounds.join(", ")
-    );
+    let widths: Vec<usize> = cmp.labels.iter().map(|l| (l.len() + 2).max(FIELD_WIDTH)).collect();
+    let ratio_names: Vec<String> = (2..=cmp.labels.len()).map(|k| format!("ratio{k}/1")).collect();
+    let mut out = format!("# multirail OSU-style {} v{}: comparison\n", cmp.test.title(), crate::VERSION);
+    let rounds = cmp.labels.iter().enumerate().map(|(k, l)| format!("{l}: {}", max_rounds(cmp, k))).collect::<Vec<_>>();
+    let _ = writeln!(out, "# median {} over rounds ({})", cmp.unit, rounds.join(", "));
     out.push_str(&format!("{:<10}", "# Size"));
     for (l, w) in cmp.labels.iter().zip(&widths) {
         let _ = write!(out, "{l:>w$}");
@@ -235,8 +188,7 @@ fn max_rounds(cmp: &Comparison, k: usize) -> usize {
 }
 
 fn cell(v: Option<f64>, decimals: usize) -> String {
-    v.map(|x| format!("{x:.decimals$}"))
-        .unwrap_or_else(|| "-".into())
+    v.map(|x| format!("{x:.decimals$}")).unwrap_or_else(|| "-".into())
 }
 
 #[derive(Serialize)]
@@ -267,12 +219,7 @@ pub fn json_lines(cmp: &Comparison) -> String {
                 ratio: row.ratios[k],
             })
             .collect();
-        out.push_str(&to_line(&JsonRow {
-            test: cmp.test,
-            size: row.size,
-            unit: cmp.unit,
-            configs,
-        }));
+        out.push_str(&to_line(&JsonRow { test: cmp.test, size: row.size, unit: cmp.unit, configs }));
     }
     out
 }
@@ -304,17 +251,9 @@ mod tests {
 
     /// Two configurations: the first with 3 rounds, the second with 4.
     fn sample() -> Comparison {
-        let single = vec![
-            vec![r(1, 2.0), r(2, 10.0)],
-            vec![r(1, 4.0), r(2, 30.0)],
-            vec![r(1, 3.0), r(2, 20.0)],
-        ];
-        let adaptive = vec![
-            vec![r(1, 6.0), r(2, 40.0)],
-            vec![r(1, 2.0)],
-            vec![r(1, 4.0), r(2, 50.0)],
-            vec![r(1, 100.0)],
-        ];
+        let single = vec![vec![r(1, 2.0), r(2, 10.0)], vec![r(1, 4.0), r(2, 30.0)], vec![r(1, 3.0), r(2, 20.0)]];
+        let adaptive =
+            vec![vec![r(1, 6.0), r(2, 40.0)], vec![r(1, 2.0)], vec![r(1, 4.0), r(2, 50.0)], vec![r(1, 100.0)]];
         compare(Test::Bw, &labels(), &[single, adaptive]).unwrap()
     }
 
@@ -333,12 +272,7 @@ mod tests {
 
     #[test]
     fn missing_and_zero_baselines_have_no_ratio() {
-        let c = compare(
-            Test::Bw,
-            &labels(),
-            &[vec![vec![r(1, 0.0)]], vec![vec![r(1, 2.0), r(4, 1.0)]]],
-        )
-        .unwrap();
+        let c = compare(Test::Bw, &labels(), &[vec![vec![r(1, 0.0)]], vec![vec![r(1, 2.0), r(4, 1.0)]]]).unwrap();
         assert_eq!(c.rows[0].ratios, vec![None, None]);
         assert_eq!(c.rows[1].medians, vec![None, Some(1.0)]);
         assert_eq!(c.rows[1].ratios, vec![None, None]);
@@ -368,30 +302,15 @@ mod tests {
 
     #[test]
     fn assignments() {
-        assert_eq!(
-            parse_assignment("policy=adaptive"),
-            Ok((CompareKey::Policy, "adaptive".into()))
-        );
+        assert_eq!(parse_assignment("policy=adaptive"), Ok((CompareKey::Policy, "adaptive".into())));
         assert_eq!(
             parse_assignment("policy=16K:single,*:stripe"),
             Ok((CompareKey::Policy, "16K:single,*:stripe".into()))
         );
-        assert_eq!(
-            parse_assignment("eager_limit=8K"),
-            Ok((CompareKey::EagerLimit, "8K".into()))
-        );
-        assert_eq!(
-            parse_assignment(" Chunk = 1M "),
-            Ok((CompareKey::Chunk, "1M".into()))
-        );
-        assert_eq!(
-            parse_assignment("adaptive"),
-            Err(CompareError::NotAssignment("adaptive".into()))
-        );
-        assert_eq!(
-            parse_assignment("window="),
-            Err(CompareError::EmptyValue("window=".into()))
-        );
+        assert_eq!(parse_assignment("eager_limit=8K"), Ok((CompareKey::EagerLimit, "8K".into())));
+        assert_eq!(parse_assignment(" Chunk = 1M "), Ok((CompareKey::Chunk, "1M".into())));
+        assert_eq!(parse_assignment("adaptive"), Err(CompareError::NotAssignment("adaptive".into())));
+        assert_eq!(parse_assignment("window="), Err(CompareError::EmptyValue("window=".into())));
         let e = parse_assignment("colour=red").unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -401,16 +320,7 @@ mod tests {
 
     #[test]
     fn bad_inputs() {
-        assert_eq!(
-            compare(Test::Bw, &[], &[]),
-            Err(CompareError::NoConfigurations)
-        );
-        assert_eq!(
-            compare(Test::Bw, &labels(), &[vec![]]),
-            Err(CompareError::LabelCount {
-                labels: 2,
-                configs: 1
-            })
-        );
+        assert_eq!(compare(Test::Bw, &[], &[]), Err(CompareError::NoConfigurations));
+        assert_eq!(compare(Test::Bw, &labels(), &[vec![]]), Err(CompareError::LabelCount { labels: 2, configs: 1 }));
     }
 }

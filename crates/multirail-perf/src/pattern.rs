@@ -40,19 +40,12 @@ pub(crate) fn first_mismatch(buf: &[u8], seed: u64) -> Option<usize> {
     for (i, c) in chunks.by_ref().enumerate() {
         let w = word(seed, i);
         if c != w {
-            return c
-                .iter()
-                .zip(w)
-                .position(|(a, b)| *a != b)
-                .map(|k| i * 8 + k);
+            return c.iter().zip(w).position(|(a, b)| *a != b).map(|k| i * 8 + k);
         }
     }
     let rest = chunks.remainder();
     let w = word(seed, buf.len() / 8);
-    rest.iter()
-        .zip(w)
-        .position(|(a, b)| *a != b)
-        .map(|k| buf.len() / 8 * 8 + k)
+    rest.iter().zip(w).position(|(a, b)| *a != b).map(|k| buf.len() / 8 * 8 + k)
 }
 
 #[cfg(test)]
@@ -64,11 +57,7 @@ mod tests {
         for len in [0, 1, 7, 8, 9, 64, 1000] {
             let mut b = vec![0u8; len];
             fill(&mut b, seed(len as u64, 3, 1, 0));
-            assert_eq!(
-                first_mismatch(&b, seed(len as u64, 3, 1, 0)),
-                None,
-                "len {len}"
-            );
+            assert_eq!(first_mismatch(&b, seed(len as u64, 3, 1, 0)), None, "len {len}");
         }
     }
 
@@ -86,12 +75,7 @@ mod tests {
     #[test]
     fn messages_differ_by_every_key_part() {
         let base = seed(64, 5, 2, 0);
-        let others = [
-            seed(128, 5, 2, 0),
-            seed(64, 6, 2, 0),
-            seed(64, 5, 3, 0),
-            seed(64, 5, 2, 1),
-        ];
+        let others = [seed(128, 5, 2, 0), seed(64, 6, 2, 0), seed(64, 5, 3, 0), seed(64, 5, 2, 1)];
         let mut b = vec![0u8; 64];
         fill(&mut b, base);
         for o in others {

@@ -69,15 +69,6 @@ impl SizeResult {
     /// (all zero when nothing moved).
     pub fn rail_shares(&self) -> Vec<f64> {
         let total: u64 = self.rail_bytes.iter().sum();
-        self.rail_bytes
-            .iter()
-            .map(|&b| {
-                if total == 0 {
-                    0.0
-                } else {
-                    b as f64 * 100.0 / total as f64
-                }
-            })
-            .collect()
+        self.rail_bytes.iter().map(|&b| if total == 0 { 0.0 } else { b as f64 * 100.0 / total as f64 }).collect()
     }
 }

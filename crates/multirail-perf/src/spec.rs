@@ -85,13 +85,7 @@ pub enum Test {
 }
 
 impl Test {
-    pub const ALL: [Test; 5] = [
-        Test::Latency,
-        Test::Bw,
-        Test::Bibw,
-        Test::MbwMr,
-        Test::MultiLat,
-    ];
+    pub const ALL: [Test; 5] = [Test::Latency, Test::Bw, Test::Bibw, Test::MbwMr, Test::MultiLat];
 
     /// The name used on the command line and in JSON: `mbw_mr`.
     pub fn name(self) -> &'static str {
@@ -116,11 +110,7 @@ impl Test {
     }
 
     pub fn unit(self) -> Unit {
-        if self.is_latency() {
-            Unit::Micros
-        } else {
-            Unit::MegabytesPerSec
-        }
+        if self.is_latency() { Unit::Micros } else { Unit::MegabytesPerSec }
     }
 
     /// Latency tests report µs (and percentiles); the others MB/s.
@@ -140,11 +130,7 @@ impl Test {
 
     /// OSU's default sizes: 0 B (latency tests only) and 1 B to 4 MiB.
     pub fn default_sizes(self) -> Vec<u64> {
-        let min = if self.is_latency() {
-            0
-        } else {
-            osu::MIN_MESSAGE_SIZE
-        };
+        let min = if self.is_latency() { 0 } else { osu::MIN_MESSAGE_SIZE };
         osu_sizes(min, osu::MAX_MESSAGE_SIZE)
     }
 
@@ -190,9 +176,7 @@ impl FromStr for Test {
         Test::ALL
             .into_iter()
             .find(|x| x.name() == t)
-            .ok_or_else(|| {
-                format!("unknown test '{s}' (choose latency, bw, bibw, mbw_mr or multi_lat)")
-            })
+            .ok_or_else(|| format!("unknown test '{s}' (choose latency, bw, bibw, mbw_mr or multi_lat)"))
     }
 }
 
@@ -234,13 +218,11 @@ impl BenchSpec {
     }
 
     pub fn iterations_for(&self, size: u64) -> u64 {
-        self.iterations
-            .unwrap_or_else(|| self.test.default_iterations(size))
+        self.iterations.unwrap_or_else(|| self.test.default_iterations(size))
     }
 
     pub fn warmup_for(&self, size: u64) -> u64 {
-        self.warmup
-            .unwrap_or_else(|| self.test.default_warmup(size))
+        self.warmup.unwrap_or_else(|| self.test.default_warmup(size))
     }
 
     /// Checks the spec against a job of `ranks` ranks.
@@ -271,10 +253,7 @@ impl BenchSpec {
                 ));
             }
         } else if ranks != 2 {
-            return bad(format!(
-                "{} needs exactly 2 ranks, the job has {ranks}",
-                self.test
-            ));
+            return bad(format!("{} needs exactly 2 ranks, the job has {ranks}", self.test));
         }
         Ok(())
     }
@@ -299,51 +278,14 @@ mod tests {
 
     #[test]
     fn default_counts_switch_above_8k() {
-        assert_eq!(
-            (
-                Test::Latency.default_iterations(8192),
-                Test::Latency.default_warmup(8192)
-            ),
-            (10_000, 100)
-        );
-        assert_eq!(
-            (
-                Test::Latency.default_iterations(8193),
-                Test::Latency.default_warmup(8193)
-            ),
-            (1_000, 10)
-        );
-        assert_eq!(
-            (
-                Test::Bw.default_iterations(8192),
-                Test::Bw.default_warmup(8192)
-            ),
-            (100, 10)
-        );
-        assert_eq!(
-            (
-                Test::Bibw.default_iterations(16384),
-                Test::Bibw.default_warmup(16384)
-            ),
-            (20, 2)
-        );
-        assert_eq!(
-            (
-                Test::MbwMr.default_iterations(4 << 20),
-                Test::MbwMr.default_warmup(4 << 20)
-            ),
-            (100, 10)
-        );
+        assert_eq!((Test::Latency.default_iterations(8192), Test::Latency.default_warmup(8192)), (10_000, 100));
+        assert_eq!((Test::Latency.default_iterations(8193), Test::Latency.default_warmup(8193)), (1_000, 10));
+        assert_eq!((Test::Bw.default_iterations(8192), Test::Bw.default_warmup(8192)), (100, 10));
+        assert_eq!((Test::Bibw.default_iterations(16384), Test::Bibw.default_warmup(16384)), (20, 2));
+        assert_eq!((Test::MbwMr.default_iterations(4 << 20), Test::MbwMr.default_warmup(4 << 20)), (100, 10));
         let mut s = BenchSpec::new(Test::Bw);
         s.iterations = Some(3);
-        assert_eq!(
-            (
-                s.iterations_for(1),
-                s.iterations_for(1 << 20),
-                s.warmup_for(1 << 20)
-            ),
-            (3, 3, 2)
-        );
+        assert_eq!((s.iterations_for(1), s.iterations_for(1 << 20), s.warmup_for(1 << 20)), (3, 3, 2));
     }
 
     #[test]
@@ -353,33 +295,17 @@ mod tests {
         }
         assert_eq!("osu_mbw_mr".parse::<Test>(), Ok(Test::MbwMr));
         assert_eq!("Multi-Lat".parse::<Test>(), Ok(Test::MultiLat));
-        assert!(
-            "alltoall"
-                .parse::<Test>()
-                .unwrap_err()
-                .contains("choose latency")
-        );
+        assert!("alltoall".parse::<Test>().unwrap_err().contains("choose latency"));
     }
 
     #[test]
     fn check_rejects_bad_specs() {
         assert!(BenchSpec::new(Test::Bw).check(2).is_ok());
-        assert!(
-            BenchSpec::new(Test::Bw)
-                .check(3)
-                .unwrap_err()
-                .to_string()
-                .contains("exactly 2 ranks")
-        );
+        assert!(BenchSpec::new(Test::Bw).check(3).unwrap_err().to_string().contains("exactly 2 ranks"));
         let mut m = BenchSpec::new(Test::MbwMr);
         m.pairs = 2;
         assert!(m.check(4).is_ok() && m.check(5).is_ok());
-        assert!(
-            m.check(3)
-                .unwrap_err()
-                .to_string()
-                .contains("needs 4 ranks")
-        );
+        assert!(m.check(3).unwrap_err().to_string().contains("needs 4 ranks"));
         let mut w = BenchSpec::new(Test::Bibw);
         w.window = 0;
         assert!(w.check(2).is_err());

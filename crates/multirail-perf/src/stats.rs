@@ -16,11 +16,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
     v.sort_by(f64::total_cmp);
     let mid = v.len() / 2;
-    Some(if v.len() % 2 == 0 {
-        (v[mid - 1] + v[mid]) / 2.0
-    } else {
-        v[mid]
-    })
+    Some(if v.len() % 2 == 0 { (v[mid - 1] + v[mid]) / 2.0 } else { v[mid] })
 }
 
 /// Sum of round-trip samples in nanoseconds, as a duration.
@@ -52,11 +48,7 @@ pub fn one_way_percentiles(samples_ns: &[u64]) -> Option<Percentiles> {
         }
     }
     let one_way_us = |q: f64| h.value_at_quantile(q) as f64 / 2.0 / 1e3;
-    Some(Percentiles {
-        p50: one_way_us(0.50),
-        p90: one_way_us(0.90),
-        p99: one_way_us(0.99),
-    })
+    Some(Percentiles { p50: one_way_us(0.50), p90: one_way_us(0.90), p99: one_way_us(0.99) })
 }
 
 /// Bandwidth in MB/s (MB = 10^6 bytes) of `bytes` moved in `elapsed`.
@@ -92,10 +84,7 @@ mod tests {
         let s: Vec<u64> = (1..=100).map(|i| i * 2000).collect();
         let p = one_way_percentiles(&s).unwrap();
         let close = |a: f64, b: f64| (a - b).abs() <= b * 0.002;
-        assert!(
-            close(p.p50, 50.0) && close(p.p90, 90.0) && close(p.p99, 99.0),
-            "{p:?}"
-        );
+        assert!(close(p.p50, 50.0) && close(p.p90, 90.0) && close(p.p99, 99.0), "{p:?}");
         assert_eq!(one_way_percentiles(&[]), None);
     }
 

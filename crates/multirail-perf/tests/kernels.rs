@@ -31,11 +31,7 @@ fn bench(spec: &BenchSpec, ranks: u32, engine: Engine) -> (Vec<SizeResult>, RunI
             let r = run(&ep, spec, &mut |p: Progress| {
                 events.push((p.index(), p.total(), matches!(p, Progress::Done { .. })))
             });
-            (
-                r.expect("benchmark runs"),
-                RunInfo::from_endpoint(&ep, spec),
-                events,
-            )
+            (r.expect("benchmark runs"), RunInfo::from_endpoint(&ep, spec), events)
         },
     );
     let n = spec.sizes.len();
@@ -52,21 +48,12 @@ fn bench(spec: &BenchSpec, ranks: u32, engine: Engine) -> (Vec<SizeResult>, RunI
 
 /// Parses the OSU table back: OSU's columns first, then the rail columns.
 fn check_table(spec: &BenchSpec, info: &RunInfo, results: &[SizeResult]) {
-    let opts = TableOptions {
-        rail_stats: true,
-        percentiles: false,
-    };
+    let opts = TableOptions { rail_stats: true, percentiles: false };
     let text = osu::table(info, results, &opts);
     let osu_cols = if spec.test == Test::MbwMr { 3 } else { 2 };
-    let rows: Vec<Vec<&str>> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert!(
-        text.starts_with(&format!("# multirail OSU-style {} v", spec.test.title())),
-        "{text}"
-    );
+    let rows: Vec<Vec<&str>> =
+        text.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().collect()).collect();
+    assert!(text.starts_with(&format!("# multirail OSU-style {} v", spec.test.title())), "{text}");
     assert_eq!(rows.len(), spec.sizes.len(), "{text}");
     for (row, &size) in rows.iter().zip(&spec.sizes) {
         assert_eq!(row.len(), osu_cols + 2 * info.rails.len(), "{text}");
@@ -84,17 +71,11 @@ fn check_table(spec: &BenchSpec, info: &RunInfo, results: &[SizeResult]) {
 /// Parses the JSON lines and the CSV back.
 fn check_json_and_csv(spec: &BenchSpec, info: &RunInfo, results: &[SizeResult]) {
     let text = json::lines(info, results);
-    let recs: Vec<JsonRecord> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("valid JSON"))
-        .collect();
+    let recs: Vec<JsonRecord> = text.lines().map(|l| serde_json::from_str(l).expect("valid JSON")).collect();
     assert_eq!(recs.iter().map(|r| r.size).collect::<Vec<_>>(), spec.sizes);
     for r in &recs {
         assert_eq!(r.test, spec.test);
-        assert!(
-            r.value.is_finite() && (r.value > 0.0 || r.size == 0),
-            "{r:?}"
-        );
+        assert!(r.value.is_finite() && (r.value > 0.0 || r.size == 0), "{r:?}");
         assert_eq!(r.p50.is_some(), spec.test.is_latency());
         assert_eq!(r.msg_rate.is_some(), spec.test == Test::MbwMr);
         assert_eq!(r.iterations, 2);
@@ -112,22 +93,13 @@ fn check_json_and_csv(spec: &BenchSpec, info: &RunInfo, results: &[SizeResult]) 
 fn check_rail_bytes(results: &[SizeResult], factor: u64) {
     for r in results {
         let total: u64 = r.rail_bytes.iter().sum();
-        assert!(
-            total >= factor * r.size * r.iterations,
-            "size {}: {:?}",
-            r.size,
-            r.rail_bytes
-        );
+        assert!(total >= factor * r.size * r.iterations, "size {}: {:?}", r.size, r.rail_bytes);
     }
 }
 
 fn check_all(spec: &BenchSpec, info: &RunInfo, results: &[SizeResult]) {
     assert_eq!(results.len(), spec.sizes.len());
-    assert!(
-        results
-            .iter()
-            .all(|r| r.iterations == 2 && r.warmup == 1 && !r.capped)
-    );
+    assert!(results.iter().all(|r| r.iterations == 2 && r.warmup == 1 && !r.capped));
     check_table(spec, info, results);
     check_json_and_csv(spec, info, results);
 }
@@ -171,10 +143,7 @@ fn mbw_mr_smoke_two_pairs() {
     for r in &results {
         let rate = r.msg_rate.unwrap();
         // messages/s = 1e6 * MB/s / size (OSU's print).
-        assert!(
-            (rate - 1e6 * r.value / r.size as f64).abs() <= rate * 1e-9,
-            "{r:?}"
-        );
+        assert!((rate - 1e6 * r.value / r.size as f64).abs() <= rate * 1e-9, "{r:?}");
     }
 }
 
@@ -195,23 +164,12 @@ fn validated_runs_pass_on_clean_rails() {
         let (results, info) = bench(&spec, 2, Engine::Polled);
         assert_eq!(results.len(), spec.sizes.len(), "{test}");
         let table = osu::table(&info, &results, &TableOptions::default());
-        assert!(
-            table
-                .lines()
-                .find(|l| l.starts_with("# Size"))
-                .unwrap()
-                .ends_with("Validation"),
-            "{table}"
-        );
+        assert!(table.lines().find(|l| l.starts_with("# Size")).unwrap().ends_with("Validation"), "{table}");
     }
     let mut spec = tiny(Test::MbwMr, 2);
     spec.validate = true;
     spec.sizes = vec![1, 4096, 100_000];
-    assert_eq!(
-        bench(&spec, 5, Engine::Polled).0.len(),
-        3,
-        "an idle fifth rank keeps step"
-    );
+    assert_eq!(bench(&spec, 5, Engine::Polled).0.len(), 3, "an idle fifth rank keeps step");
 }
 
 #[test]
@@ -225,10 +183,7 @@ fn time_cap_stops_early_and_says_so() {
         let (results, _) = bench(&spec, 2, Engine::Polled);
         for r in &results {
             assert!(r.capped, "{test}: {r:?}");
-            assert!(
-                r.iterations >= 1 && r.iterations < 1_000_000_000,
-                "{test}: {r:?}"
-            );
+            assert!(r.iterations >= 1 && r.iterations < 1_000_000_000, "{test}: {r:?}");
             assert!(r.value > 0.0 && r.value.is_finite(), "{test}: {r:?}");
         }
     }
@@ -242,8 +197,5 @@ fn wrong_job_size_is_refused_on_every_rank() {
         |_| common::builder(1, Engine::Polled),
         |ep| run(&ep, &spec, &mut |_| {}).unwrap_err().to_string(),
     );
-    assert!(
-        errs.iter().all(|e| e.contains("exactly 2 ranks")),
-        "{errs:?}"
-    );
+    assert!(errs.iter().all(|e| e.contains("exactly 2 ranks")), "{errs:?}");
 }

@@ -8,14 +8,8 @@ use multirail::{FaultConfig, Progress as Engine};
 use multirail_perf::{BenchError, BenchSpec, Test, run};
 
 fn corrupting(rank: u32) -> multirail::Builder {
-    let fault = FaultConfig {
-        seed: 1 + u64::from(rank),
-        corrupt: 0.5,
-        ..Default::default()
-    };
-    common::builder(2, Engine::Polled)
-        .policy("*:stripe")
-        .fault(0, fault)
+    let fault = FaultConfig { seed: 1 + u64::from(rank), corrupt: 0.5, ..Default::default() };
+    common::builder(2, Engine::Polled).policy("*:stripe").fault(0, fault)
 }
 
 fn validated(test: Test) -> BenchSpec {
@@ -40,10 +34,7 @@ fn bw_validate_catches_corrupted_payload() {
                 assert!(msg.contains(&format!("offset {}", e.offset)), "{msg}");
                 assert!(e.offset < e.size, "{e:?}");
                 assert_eq!(e.rank, 1, "bw payloads are checked by the receiver");
-                assert!(
-                    seen.get_or_insert(e.clone()) == &e,
-                    "every rank reports the same error"
-                );
+                assert!(seen.get_or_insert(e.clone()) == &e, "every rank reports the same error");
             }
             other => panic!("rank {rank}: expected a validation error, got {other:?}"),
         }

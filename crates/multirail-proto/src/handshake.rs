@@ -204,10 +204,7 @@ impl AcceptorWaiting {
     /// Handles the connector's HELLO. On success returns the next state,
     /// the reply to send and the (not yet authenticated) peer identity.
     /// On failure, send [`HandshakeError::reject_bytes`] and close.
-    pub fn on_hello(
-        self,
-        b: &[u8],
-    ) -> Result<(AcceptorReplied, [u8; HelloRepr::LEN], PeerHello), HandshakeError> {
+    pub fn on_hello(self, b: &[u8]) -> Result<(AcceptorReplied, [u8; HelloRepr::LEN], PeerHello), HandshakeError> {
         let theirs = parse_kind(b, HelloKind::Hello)?;
         if theirs.job_id != self.local.job_id {
             return Err(HandshakeError::WrongJob { ours: self.local.job_id, theirs: theirs.job_id });

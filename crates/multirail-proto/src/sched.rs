@@ -112,11 +112,7 @@ impl Plan {
     }
     /// Bytes not yet assigned to any rail.
     pub fn remaining(&self) -> u64 {
-        if self.parts.is_empty() {
-            self.len - self.next
-        } else {
-            self.parts.iter().map(|p| p.end - p.next).sum()
-        }
+        if self.parts.is_empty() { self.len - self.next } else { self.parts.iter().map(|p| p.end - p.next).sum() }
     }
     pub fn is_done(&self) -> bool {
         self.remaining() == 0 && (self.len > 0 || self.empty_done)
@@ -288,10 +284,8 @@ impl Scheduler for Partitioned {
             plan.rail = up.first().copied();
             return plan;
         }
-        let weights: Vec<f64> = up
-            .iter()
-            .map(|&i| if self.weighted { weight_of(&rails[i], rails) } else { 1.0 })
-            .collect();
+        let weights: Vec<f64> =
+            up.iter().map(|&i| if self.weighted { weight_of(&rails[i], rails) } else { 1.0 }).collect();
         let sizes = split_proportional(msg.len, &weights);
         let mut at = 0;
         for (&rail, &size) in up.iter().zip(&sizes) {
@@ -320,9 +314,7 @@ impl Scheduler for Partitioned {
             .parts
             .iter_mut()
             .filter(|p| p.next < p.end && rails[p.rail].has_room())
-            .min_by(|a, b| {
-                rails[a.rail].predicted_finish(0).total_cmp(&rails[b.rail].predicted_finish(0))
-            })?;
+            .min_by(|a, b| rails[a.rail].predicted_finish(0).total_cmp(&rails[b.rail].predicted_finish(0)))?;
         let len = (best.end - best.next).min(chunk);
         let c = Chunk { rail: best.rail, offset: best.next, len };
         best.next += len;
@@ -360,9 +352,7 @@ impl Adaptive {
         let ups: Vec<&RailView> = rails.iter().filter(|r| r.up).collect();
         let (mut lo, mut hi) = (0.0f64, 1.0f64);
         let capacity = |t: f64| -> f64 {
-            ups.iter()
-                .map(|r| (r.planning_rate() * (t - r.latency.as_secs_f64()) - r.inflight as f64).max(0.0))
-                .sum()
+            ups.iter().map(|r| (r.planning_rate() * (t - r.latency.as_secs_f64()) - r.inflight as f64).max(0.0)).sum()
         };
         while capacity(hi) < remaining as f64 && hi < 1.0e6 {
             hi *= 2.0;
@@ -456,10 +446,12 @@ impl FromStr for PolicyKind {
         let t = s.trim().to_ascii_lowercase();
         PolicyKind::ALL
             .into_iter()
-            .find(|k| k.name() == t || (t == "rr" && *k == PolicyKind::RoundRobin) || (t == "roundrobin" && *k == PolicyKind::RoundRobin))
-            .ok_or_else(|| {
-                format!("unknown policy '{s}' (choose single, round-robin, stripe, weighted or adaptive)")
+            .find(|k| {
+                k.name() == t
+                    || (t == "rr" && *k == PolicyKind::RoundRobin)
+                    || (t == "roundrobin" && *k == PolicyKind::RoundRobin)
             })
+            .ok_or_else(|| format!("unknown policy '{s}' (choose single, round-robin, stripe, weighted or adaptive)"))
     }
 }
 
@@ -487,7 +479,10 @@ impl PolicyTable {
     }
     /// Index of the tier used for `len`.
     pub fn tier_of(&self, len: u64) -> usize {
-        self.tiers.iter().position(|(max, _)| max.is_none_or(|m| len <= m)).unwrap_or(self.tiers.len().saturating_sub(1))
+        self.tiers
+            .iter()
+            .position(|(max, _)| max.is_none_or(|m| len <= m))
+            .unwrap_or(self.tiers.len().saturating_sub(1))
     }
 }
 
@@ -513,7 +508,11 @@ impl FromStr for PolicyTable {
                 match (prev, max) {
                     (None, _) => return Err(format!("policy '{s}': nothing may follow the '*' tier")),
                     (Some(p), Some(m)) if m <= *p => {
-                        return Err(format!("policy '{s}': tier sizes must increase ({} after {})", format_size(m), format_size(*p)));
+                        return Err(format!(
+                            "policy '{s}': tier sizes must increase ({} after {})",
+                            format_size(m),
+                            format_size(*p)
+                        ));
                     }
                     _ => {}
                 }

@@ -110,7 +110,18 @@ impl Sim {
                 }
                 nodes[a as usize].add_peer(b, rails.len());
                 for (r, spec) in rails.iter().enumerate() {
-                    links.insert((a, b, r), Link { spec: *spec, free_at: Time::ZERO, up: true, black: false, drop_every: 0, sent: 0, epoch: 0 });
+                    links.insert(
+                        (a, b, r),
+                        Link {
+                            spec: *spec,
+                            free_at: Time::ZERO,
+                            up: true,
+                            black: false,
+                            drop_every: 0,
+                            sent: 0,
+                            epoch: 0,
+                        },
+                    );
                 }
             }
         }

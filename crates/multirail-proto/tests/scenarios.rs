@@ -52,7 +52,8 @@ fn send_and_verify(sim: &mut Sim, sizes: &[usize], post_first: bool) {
             recvs.push(sim.irecv(1, Some(0), None, s.max(1)));
         }
     }
-    let sends: Vec<_> = sizes.iter().enumerate().map(|(i, &s)| sim.isend(0, 1, i as u64, pattern(i as u64, s))).collect();
+    let sends: Vec<_> =
+        sizes.iter().enumerate().map(|(i, &s)| sim.isend(0, 1, i as u64, pattern(i as u64, s))).collect();
     if !post_first {
         for &s in sizes {
             recvs.push(sim.irecv(1, Some(0), None, s.max(1)));
@@ -336,7 +337,8 @@ fn big_sizes() -> Vec<usize> {
 fn with_fault(policy: &str, sizes: &[usize], when: impl Fn(&Sim) -> bool, fault: impl FnOnce(&mut Sim)) -> Sim {
     let mut sim = Sim::new(2, &rails4()[..3], cfg(policy));
     let recvs: Vec<_> = sizes.iter().map(|&s| sim.irecv(1, Some(0), None, s)).collect();
-    let sends: Vec<_> = sizes.iter().enumerate().map(|(i, &s)| sim.isend(0, 1, i as u64, pattern(i as u64, s))).collect();
+    let sends: Vec<_> =
+        sizes.iter().enumerate().map(|(i, &s)| sim.isend(0, 1, i as u64, pattern(i as u64, s))).collect();
     assert!(sim.run_until(Duration::from_secs(10), |s| when(s)), "fault condition never held");
     fault(&mut sim);
     let all = |s: &Sim| recvs.iter().all(|r| s.is_done(1, *r)) && sends.iter().all(|r| s.is_done(0, *r));

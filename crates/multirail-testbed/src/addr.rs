@@ -45,10 +45,7 @@ impl Ipv4Net {
     pub fn network(self) -> Ipv4Net {
         let host_bits = 32u32.saturating_sub(u32::from(self.prefix_len));
         let mask = u32::MAX.checked_shl(host_bits).unwrap_or(0);
-        Ipv4Net {
-            addr: Ipv4Addr::from(u32::from(self.addr) & mask),
-            prefix_len: self.prefix_len,
-        }
+        Ipv4Net { addr: Ipv4Addr::from(u32::from(self.addr) & mask), prefix_len: self.prefix_len }
     }
 }
 
@@ -75,9 +72,7 @@ impl Addressing {
     pub fn new(base: Ipv4Addr) -> Result<Self> {
         let [a, b, c, d] = base.octets();
         if c != 0 || d != 0 {
-            return Err(Error::InvalidSpec(format!(
-                "subnet base {base} must be a /16 network (end in .0.0)"
-            )));
+            return Err(Error::InvalidSpec(format!("subnet base {base} must be a /16 network (end in .0.0)")));
         }
         Ok(Addressing { base: [a, b] })
     }
@@ -90,10 +85,7 @@ impl Addressing {
 
     /// Subnet of rail `rail`: `A.B.rail.0/24`. Panics if `rail` >= [`MAX_RAILS`].
     pub fn rail_subnet(self, rail: usize) -> Ipv4Net {
-        Ipv4Net {
-            addr: self.addr(rail, 0),
-            prefix_len: RAIL_PREFIX_LEN,
-        }
+        Ipv4Net { addr: self.addr(rail, 0), prefix_len: RAIL_PREFIX_LEN }
     }
 
     /// Address of host `host` on rail `rail`: `A.B.rail.(host+1)`.
@@ -138,10 +130,7 @@ mod tests {
         assert_eq!(plan.host_addr(0, 1), Ipv4Addr::new(10, 77, 1, 1));
         assert_eq!(plan.host_addr(253, 255), Ipv4Addr::new(10, 77, 255, 254));
         assert_eq!(plan.rail_subnet(1).to_string(), "10.77.1.0/24");
-        assert_eq!(
-            plan.host_rail_addrs(0, 2),
-            [Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 1, 1)]
-        );
+        assert_eq!(plan.host_rail_addrs(0, 2), [Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 1, 1)]);
     }
 
     #[test]
@@ -154,15 +143,9 @@ mod tests {
 
     #[test]
     fn network_of_an_interface_address() {
-        let ifaddr = Ipv4Net {
-            addr: Ipv4Addr::new(10, 77, 1, 2),
-            prefix_len: 24,
-        };
+        let ifaddr = Ipv4Net { addr: Ipv4Addr::new(10, 77, 1, 2), prefix_len: 24 };
         assert_eq!(ifaddr.network().to_string(), "10.77.1.0/24");
-        let all = Ipv4Net {
-            addr: Ipv4Addr::new(10, 77, 1, 2),
-            prefix_len: 0,
-        };
+        let all = Ipv4Net { addr: Ipv4Addr::new(10, 77, 1, 2), prefix_len: 0 };
         assert_eq!(all.network().to_string(), "0.0.0.0/0");
     }
 

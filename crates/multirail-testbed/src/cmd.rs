@@ -44,12 +44,8 @@ impl Tool {
     pub(crate) fn path(self) -> Result<&'static Path> {
         static CACHE: [OnceLock<Option<PathBuf>>; 3] = [const { OnceLock::new() }; 3];
         let slot = &CACHE[self as usize];
-        let found =
-            slot.get_or_init(|| find_program(self.name(), std::env::var_os("PATH").as_deref()));
-        found.as_deref().ok_or(Error::ToolMissing {
-            tool: self.name(),
-            package: self.package(),
-        })
+        let found = slot.get_or_init(|| find_program(self.name(), std::env::var_os("PATH").as_deref()));
+        found.as_deref().ok_or(Error::ToolMissing { tool: self.name(), package: self.package() })
     }
 
     /// A `Command` for this tool with stdin closed.
@@ -63,15 +59,9 @@ impl Tool {
 /// Finds executable `name` in `path_var` (a `PATH` value), then in
 /// [`FALLBACK_DIRS`].
 pub(crate) fn find_program(name: &str, path_var: Option<&OsStr>) -> Option<PathBuf> {
-    let from_path = path_var
-        .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
-        .unwrap_or_default();
+    let from_path = path_var.map(|p| std::env::split_paths(p).collect::<Vec<_>>()).unwrap_or_default();
     let fallback = FALLBACK_DIRS.iter().map(PathBuf::from);
-    from_path
-        .into_iter()
-        .chain(fallback)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
+    from_path.into_iter().chain(fallback).map(|dir| dir.join(name)).find(|candidate| is_executable(candidate))
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -80,9 +70,7 @@ fn is_executable(path: &Path) -> bool {
 
 /// The command line for messages: program file name, then the arguments.
 pub(crate) fn render(cmd: &Command) -> String {
-    let program = Path::new(cmd.get_program())
-        .file_name()
-        .unwrap_or(cmd.get_program());
+    let program = Path::new(cmd.get_program()).file_name().unwrap_or(cmd.get_program());
     let mut words = vec![quote(program)];
     words.extend(cmd.get_args().map(quote));
     words.join(" ")
@@ -90,15 +78,8 @@ pub(crate) fn render(cmd: &Command) -> String {
 
 fn quote(word: &OsStr) -> String {
     let text = word.to_string_lossy();
-    let plain = !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
-    if plain {
-        text.into_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
+    let plain = !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+    if plain { text.into_owned() } else { format!("'{}'", text.replace('\'', r"'\''")) }
 }
 
 /// Runs `cmd` to completion and returns its stdout, or an error with its
@@ -111,24 +92,13 @@ pub(crate) fn run(cmd: &mut Command) -> Result<String> {
 /// Runs `cmd` to completion; a non-zero exit becomes [`Error::CommandFailed`].
 pub(crate) fn output(cmd: &mut Command) -> Result<Output> {
     let command = render(cmd);
-    let output = cmd.output().map_err(|source| Error::Spawn {
-        command: command.clone(),
-        source,
-    })?;
+    let output = cmd.output().map_err(|source| Error::Spawn { command: command.clone(), source })?;
     if output.status.success() {
         return Ok(output);
     }
     let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-    let stderr = if stderr.is_empty() {
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
-    } else {
-        stderr
-    };
-    Err(Error::CommandFailed {
-        command,
-        code: output.status.code(),
-        stderr,
-    })
+    let stderr = if stderr.is_empty() { String::from_utf8_lossy(&output.stdout).trim().to_owned() } else { stderr };
+    Err(Error::CommandFailed { command, code: output.status.code(), stderr })
 }
 
 /// `ip [-n NETNS] ARGS...`.
@@ -157,15 +127,8 @@ fn json<T: DeserializeOwned>(tool: Tool, netns: Option<&str>, args: &[&str]) -> 
     full.extend_from_slice(args);
     let mut cmd = in_netns(tool, netns, &full)?;
     let stdout = run(&mut cmd)?;
-    let text = if stdout.trim().is_empty() {
-        "[]"
-    } else {
-        stdout.as_str()
-    };
-    serde_json::from_str(text).map_err(|e| Error::BadOutput {
-        command: render(&cmd),
-        reason: e.to_string(),
-    })
+    let text = if stdout.trim().is_empty() { "[]" } else { stdout.as_str() };
+    serde_json::from_str(text).map_err(|e| Error::BadOutput { command: render(&cmd), reason: e.to_string() })
 }
 
 fn in_netns(tool: Tool, netns: Option<&str>, args: &[&str]) -> Result<Command> {
@@ -179,12 +142,7 @@ fn in_netns(tool: Tool, netns: Option<&str>, args: &[&str]) -> Result<Command> {
 
 /// `ip netns exec NETNS ARGV...` as a full argument vector, program first.
 pub(crate) fn netns_exec_argv<S: AsRef<OsStr>>(netns: &str, argv: &[S]) -> Result<Vec<OsString>> {
-    let mut full: Vec<OsString> = vec![
-        Tool::Ip.path()?.into(),
-        "netns".into(),
-        "exec".into(),
-        netns.into(),
-    ];
+    let mut full: Vec<OsString> = vec![Tool::Ip.path()?.into(), "netns".into(), "exec".into(), netns.into()];
     full.extend(argv.iter().map(|a| a.as_ref().to_owned()));
     Ok(full)
 }
@@ -205,19 +163,8 @@ mod tests {
     #[test]
     fn renders_with_program_name_and_quotes() {
         let mut cmd = Command::new("/usr/sbin/ip");
-        cmd.args([
-            "-n",
-            "mr-host0",
-            "addr",
-            "add",
-            "10.77.0.1/24",
-            "dev",
-            "rail0",
-        ]);
-        assert_eq!(
-            render(&cmd),
-            "ip -n mr-host0 addr add 10.77.0.1/24 dev rail0"
-        );
+        cmd.args(["-n", "mr-host0", "addr", "add", "10.77.0.1/24", "dev", "rail0"]);
+        assert_eq!(render(&cmd), "ip -n mr-host0 addr add 10.77.0.1/24 dev rail0");
         let mut sh = Command::new("sh");
         sh.args(["-c", "echo 'x' > y"]);
         assert_eq!(render(&sh), r"sh -c 'echo '\''x'\'' > y'");
@@ -227,10 +174,7 @@ mod tests {
     fn finds_programs_on_path_or_in_sbin() {
         let sh = find_program("sh", Some(OsStr::new("/nonexistent")));
         assert!(sh.is_some(), "sh is in /bin or /usr/bin");
-        assert_eq!(
-            find_program("no-such-program-mr", Some(OsStr::new("/bin"))),
-            None
-        );
+        assert_eq!(find_program("no-such-program-mr", Some(OsStr::new("/bin"))), None);
     }
 
     #[test]
@@ -240,28 +184,19 @@ mod tests {
         let err = run(&mut cmd).unwrap_err();
         let text = err.to_string();
         assert!(text.starts_with("`sh -c"), "{text}");
-        assert!(
-            text.ends_with("failed: RTNETLINK answers: File exists"),
-            "{text}"
-        );
+        assert!(text.ends_with("failed: RTNETLINK answers: File exists"), "{text}");
         assert!(matches!(err, Error::CommandFailed { code: Some(2), .. }));
     }
 
     #[test]
     fn missing_program_is_a_spawn_error() {
         let err = run(&mut Command::new("/nonexistent/mr-tool")).unwrap_err();
-        assert!(
-            err.to_string().starts_with("could not run `mr-tool`"),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("could not run `mr-tool`"), "{err}");
     }
 
     #[test]
     fn tool_missing_message() {
-        let err = Error::ToolMissing {
-            tool: Tool::Tc.name(),
-            package: Tool::Tc.package(),
-        };
+        let err = Error::ToolMissing { tool: Tool::Tc.name(), package: Tool::Tc.package() };
         assert_eq!(err.to_string(), "`tc` not found: install iproute2");
     }
 }

@@ -48,18 +48,9 @@ impl DownReport {
 impl fmt::Display for DownReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_empty() {
-            return write!(
-                f,
-                "no testbed with prefix {}: nothing to remove",
-                self.prefix
-            );
+            return write!(f, "no testbed with prefix {}: nothing to remove", self.prefix);
         }
-        write!(
-            f,
-            "removed testbed {}: namespaces {}",
-            self.prefix,
-            list_or_none(&self.netns)
-        )?;
+        write!(f, "removed testbed {}: namespaces {}", self.prefix, list_or_none(&self.netns))?;
         if !self.links.is_empty() {
             write!(f, "; root links {}", self.links.join(", "))?;
         }
@@ -71,21 +62,14 @@ impl fmt::Display for DownReport {
 }
 
 fn list_or_none(items: &[String]) -> String {
-    if items.is_empty() {
-        "none".into()
-    } else {
-        items.join(", ")
-    }
+    if items.is_empty() { "none".into() } else { items.join(", ") }
 }
 
 /// Removes testbed `prefix`. Idempotent: succeeds with an empty report when
 /// nothing exists.
 pub fn down(prefix: &Prefix) -> Result<DownReport> {
     preflight::check()?;
-    let mut report = DownReport {
-        prefix: prefix.to_string(),
-        ..DownReport::default()
-    };
+    let mut report = DownReport { prefix: prefix.to_string(), ..DownReport::default() };
     for (name, _) in system::testbed_netns(prefix)? {
         report.stopped_pids.extend(stop_processes(&name)?);
         ignore_missing(cmd::ip(None, &["netns", "delete", &name]))?;
@@ -140,17 +124,12 @@ fn stop_processes(netns: &str) -> Result<Vec<u32>> {
 
 fn netns_pids(netns: &str) -> Result<Vec<u32>> {
     let out = ignore_missing_text(cmd::ip(None, &["netns", "pids", netns]))?;
-    Ok(out
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect())
+    Ok(out.split_whitespace().filter_map(|p| p.parse().ok()).collect())
 }
 
 fn ignore_missing_text(result: Result<String>) -> Result<String> {
     match result {
-        Err(Error::CommandFailed { stderr, .. }) if stderr.contains("No such file") => {
-            Ok(String::new())
-        }
+        Err(Error::CommandFailed { stderr, .. }) if stderr.contains("No such file") => Ok(String::new()),
         other => other,
     }
 }
@@ -181,41 +160,25 @@ mod tests {
 
     #[test]
     fn report_messages() {
-        let empty = DownReport {
-            prefix: "mr".into(),
-            ..DownReport::default()
-        };
+        let empty = DownReport { prefix: "mr".into(), ..DownReport::default() };
         assert!(empty.is_empty());
-        assert_eq!(
-            empty.to_string(),
-            "no testbed with prefix mr: nothing to remove"
-        );
+        assert_eq!(empty.to_string(), "no testbed with prefix mr: nothing to remove");
         let full = DownReport {
             prefix: "mr".into(),
             netns: vec!["mr-host0".into(), "mr-host1".into()],
             links: vec![],
             stopped_pids: vec![42],
         };
-        assert_eq!(
-            full.to_string(),
-            "removed testbed mr: namespaces mr-host0, mr-host1; stopped 1 process(es)"
-        );
+        assert_eq!(full.to_string(), "removed testbed mr: namespaces mr-host0, mr-host1; stopped 1 process(es)");
     }
 
     #[test]
     fn missing_objects_are_not_errors() {
-        let gone = |stderr: &str| {
-            Err(Error::CommandFailed {
-                command: "ip".into(),
-                code: Some(1),
-                stderr: stderr.into(),
-            })
-        };
+        let gone =
+            |stderr: &str| Err(Error::CommandFailed { command: "ip".into(), code: Some(1), stderr: stderr.into() });
         assert!(
-            ignore_missing(gone(
-                "Cannot remove namespace file \"/run/netns/mr-host0\": No such file or directory"
-            ))
-            .is_ok()
+            ignore_missing(gone("Cannot remove namespace file \"/run/netns/mr-host0\": No such file or directory"))
+                .is_ok()
         );
         assert!(ignore_missing(gone("Cannot find device \"mr-x\"")).is_ok());
         assert!(ignore_missing(gone("RTNETLINK answers: Operation not permitted")).is_err());

@@ -170,9 +170,6 @@ impl Error {
     /// True for errors meaning "this machine cannot host a testbed" (no root,
     /// no `ip`/`tc`, no tbf). Tests use it to skip rather than fail.
     pub fn is_environment(&self) -> bool {
-        matches!(
-            self,
-            Error::NotRoot | Error::ToolMissing { .. } | Error::TbfUnavailable { .. }
-        )
+        matches!(self, Error::NotRoot | Error::ToolMissing { .. } | Error::TbfUnavailable { .. })
     }
 }

@@ -22,11 +22,7 @@ use crate::system;
 /// For CPU pinning, either put the pinning tool in `argv`
 /// (`["taskset", "-c", "1", "iperf3", ...]`, pins the command only) or
 /// prepend it to the result (pins `ip` too, which then execs the command).
-pub fn host_argv<S: AsRef<OsStr>>(
-    prefix: &Prefix,
-    host: usize,
-    argv: &[S],
-) -> Result<Vec<OsString>> {
+pub fn host_argv<S: AsRef<OsStr>>(prefix: &Prefix, host: usize, argv: &[S]) -> Result<Vec<OsString>> {
     if argv.is_empty() {
         return Err(Error::EmptyCommand);
     }
@@ -48,27 +44,17 @@ pub fn host_command<S: AsRef<OsStr>>(prefix: &Prefix, host: usize, argv: &[S]) -
 /// Runs `argv` inside `host` with inherited stdio and waits for it. Its exit
 /// status is returned as is; a command that cannot be found inside the host
 /// exits with 255 (`ip netns exec` reports it on stderr).
-pub fn run_in_host<S: AsRef<OsStr>>(
-    prefix: &Prefix,
-    host: usize,
-    argv: &[S],
-) -> Result<ExitStatus> {
+pub fn run_in_host<S: AsRef<OsStr>>(prefix: &Prefix, host: usize, argv: &[S]) -> Result<ExitStatus> {
     let mut command = host_command(prefix, host, argv)?;
     let rendered = cmd::render(&command);
-    command.status().map_err(|source| Error::Spawn {
-        command: rendered,
-        source,
-    })
+    command.status().map_err(|source| Error::Spawn { command: rendered, source })
 }
 
 /// The IPv4 address of `host` on `rail`, read from the system.
 pub fn host_rail_addr(prefix: &Prefix, host: usize, rail: usize) -> Result<Ipv4Addr> {
     existing_host(prefix, host)?;
     let status = read_host(prefix, host)?;
-    status
-        .rail(rail)
-        .and_then(|r| r.addr)
-        .ok_or_else(|| no_rail(prefix, host, rail))
+    status.rail(rail).and_then(|r| r.addr).ok_or_else(|| no_rail(prefix, host, rail))
 }
 
 /// The IPv4 addresses of `host` on all its rails, in rail order (index `r`
@@ -78,12 +64,7 @@ pub fn host_rail_addrs(prefix: &Prefix, host: usize) -> Result<Vec<Ipv4Addr>> {
     existing_host(prefix, host)?;
     let status = read_host(prefix, host)?;
     (0..status.rails.last().map_or(0, |r| r.rail + 1))
-        .map(|rail| {
-            status
-                .rail(rail)
-                .and_then(|r| r.addr)
-                .ok_or_else(|| no_rail(prefix, host, rail))
-        })
+        .map(|rail| status.rail(rail).and_then(|r| r.addr).ok_or_else(|| no_rail(prefix, host, rail)))
         .collect()
 }
 
@@ -111,18 +92,10 @@ fn existing_host(prefix: &Prefix, host: usize) -> Result<String> {
     if system::list_netns()?.contains(&netns) {
         Ok(netns)
     } else {
-        Err(Error::NoSuchHost {
-            prefix: prefix.to_string(),
-            host,
-            netns,
-        })
+        Err(Error::NoSuchHost { prefix: prefix.to_string(), host, netns })
     }
 }
 
 fn no_rail(prefix: &Prefix, host: usize, rail: usize) -> Error {
-    Error::NoSuchRail {
-        prefix: prefix.to_string(),
-        host,
-        rail,
-    }
+    Error::NoSuchRail { prefix: prefix.to_string(), host, rail }
 }

@@ -86,9 +86,7 @@ mod up;
 pub use addr::{Addressing, DEFAULT_SUBNET_BASE, Ipv4Net, MAX_HOSTS, MAX_RAILS, RAIL_PREFIX_LEN};
 pub use down::{DownReport, down};
 pub use error::{Error, Result};
-pub use host::{
-    host_argv, host_command, host_rail_addr, host_rail_addrs, run_in_host, set_rail_up,
-};
+pub use host::{host_argv, host_command, host_rail_addr, host_rail_addrs, run_in_host, set_rail_up};
 pub use names::{DEFAULT_PREFIX, Prefix, parse_host};
 pub use preflight::{check as check_environment, check_privileges, privileges_from_status};
 pub use rate::{Rate, format_rates, parse_rates};

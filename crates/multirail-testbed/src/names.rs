@@ -50,10 +50,7 @@ pub enum NetnsRole {
 impl Prefix {
     /// Validates `text` as a prefix.
     pub fn new(text: &str) -> Result<Self> {
-        let bad = |reason: &str| Error::InvalidPrefix {
-            input: text.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let bad = |reason: &str| Error::InvalidPrefix { input: text.to_owned(), reason: reason.to_owned() };
         if text.is_empty() || text.len() > MAX_PREFIX_LEN {
             return Err(bad(&format!("must be 1 to {MAX_PREFIX_LEN} characters")));
         }
@@ -94,9 +91,7 @@ impl Prefix {
     /// True if a root-namespace interface called `ifname` carries this
     /// prefix (`{prefix}-...`). `down` removes such leftovers.
     pub fn owns_ifname(&self, ifname: &str) -> bool {
-        ifname
-            .strip_prefix(self.0.as_str())
-            .is_some_and(|rest| rest.starts_with('-'))
+        ifname.strip_prefix(self.0.as_str()).is_some_and(|rest| rest.starts_with('-'))
     }
 }
 
@@ -133,11 +128,7 @@ pub fn host_name(host: usize) -> String {
 
 /// Parses `host3` (or a bare `3`) into a host index.
 pub fn parse_host(text: &str) -> Result<usize> {
-    parse_host_name(text)
-        .or_else(|| parse_index(text))
-        .ok_or_else(|| Error::InvalidHost {
-            input: text.to_owned(),
-        })
+    parse_host_name(text).or_else(|| parse_index(text)).ok_or_else(|| Error::InvalidHost { input: text.to_owned() })
 }
 
 /// Interface name of rail `rail` inside a host: `rail{rail}`.
@@ -173,9 +164,8 @@ fn parse_host_name(text: &str) -> Option<usize> {
 /// A decimal index without sign or leading zeros, so that parsing a name and
 /// formatting it again gives the same name.
 fn parse_index(text: &str) -> Option<usize> {
-    let canonical = !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit())
-        && (text == "0" || !text.starts_with('0'));
+    let canonical =
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
     if canonical { text.parse().ok() } else { None }
 }
 
@@ -206,15 +196,7 @@ mod tests {
         assert_eq!(p.netns_role("mr-host0"), Some(NetnsRole::Host(0)));
         assert_eq!(p.netns_role("mr-host17"), Some(NetnsRole::Host(17)));
         assert_eq!(p.netns_role("mr-sw"), Some(NetnsRole::Switch));
-        for foreign in [
-            "mrt-host0",
-            "mr-host",
-            "mr-host01",
-            "mr-hostx",
-            "mr",
-            "xmr-sw",
-            "mr-sw2",
-        ] {
+        for foreign in ["mrt-host0", "mr-host", "mr-host01", "mr-hostx", "mr", "xmr-sw", "mr-sw2"] {
             assert_eq!(p.netns_role(foreign), None, "{foreign}");
         }
     }

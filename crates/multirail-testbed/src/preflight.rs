@@ -35,11 +35,7 @@ pub fn check_privileges() -> Result<()> {
 pub fn privileges_from_status(status: &str) -> Result<()> {
     let caps = effective_caps(status).unwrap_or(0);
     let has = |cap: u32| caps & (1u64 << cap) != 0;
-    if has(CAP_NET_ADMIN) && has(CAP_SYS_ADMIN) {
-        Ok(())
-    } else {
-        Err(Error::NotRoot)
-    }
+    if has(CAP_NET_ADMIN) && has(CAP_SYS_ADMIN) { Ok(()) } else { Err(Error::NotRoot) }
 }
 
 /// The `CapEff:` bit mask of a `/proc/<pid>/status` text.
@@ -53,8 +49,7 @@ mod tests {
     use super::*;
 
     const ROOT: &str = "Name:\tcat\nUid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n";
-    const NOBODY: &str =
-        "Name:\tcat\nUid:\t65534\t65534\t65534\t65534\nCapEff:\t0000000000000000\n";
+    const NOBODY: &str = "Name:\tcat\nUid:\t65534\t65534\t65534\t65534\nCapEff:\t0000000000000000\n";
     const NET_ADMIN_ONLY: &str = "CapEff:\t0000000000001000\n";
 
     #[test]
@@ -67,10 +62,7 @@ mod tests {
         let err = privileges_from_status(NOBODY).unwrap_err();
         assert!(matches!(err, Error::NotRoot));
         let text = err.to_string();
-        assert!(
-            text.starts_with("testbed needs root (CAP_NET_ADMIN"),
-            "{text}"
-        );
+        assert!(text.starts_with("testbed needs root (CAP_NET_ADMIN"), "{text}");
         assert!(text.ends_with("run with sudo"), "{text}");
     }
 

@@ -40,12 +40,8 @@ const UNITS: &[(&str, u128)] = &[
 
 /// Units tried, largest first, when formatting; the first that divides the
 /// rate exactly wins.
-const DISPLAY_UNITS: &[(&str, u64)] = &[
-    ("tbit", 1_000_000_000_000),
-    ("gbit", 1_000_000_000),
-    ("mbit", 1_000_000),
-    ("kbit", 1_000),
-];
+const DISPLAY_UNITS: &[(&str, u64)] =
+    &[("tbit", 1_000_000_000_000), ("gbit", 1_000_000_000), ("mbit", 1_000_000), ("kbit", 1_000)];
 
 /// Most fraction digits accepted (`1.000000001gbit` is one bit more).
 const MAX_FRACTION_DIGITS: u32 = 12;
@@ -53,11 +49,7 @@ const MAX_FRACTION_DIGITS: u32 = 12;
 impl Rate {
     /// A rate of `bytes_per_sec` bytes per second; `None` for zero.
     pub const fn from_bytes_per_sec(bytes_per_sec: u64) -> Option<Rate> {
-        if bytes_per_sec == 0 {
-            None
-        } else {
-            Some(Rate { bytes_per_sec })
-        }
+        if bytes_per_sec == 0 { None } else { Some(Rate { bytes_per_sec }) }
     }
 
     /// A rate of `bits` bits per second, truncated to whole bytes like `tc`;
@@ -85,20 +77,14 @@ impl Rate {
 impl FromStr for Rate {
     type Err = Error;
     fn from_str(text: &str) -> Result<Rate> {
-        let bad = |reason: &str| Error::InvalidRate {
-            input: text.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let bad = |reason: &str| Error::InvalidRate { input: text.to_owned(), reason: reason.to_owned() };
         let trimmed = text.trim();
-        let split = trimmed
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(trimmed.len());
+        let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
         let (number, suffix) = trimmed.split_at(split);
         let scale = unit_scale(suffix).map_err(|reason| bad(&reason))?;
         let bits = scale_decimal(number, scale).map_err(|reason| bad(&reason))?;
         let bits = u64::try_from(bits).map_err(|_| bad("too large"))?;
-        Rate::from_bits_per_sec(bits)
-            .ok_or_else(|| bad("must be at least 8bit (one byte per second)"))
+        Rate::from_bits_per_sec(bits).ok_or_else(|| bad("must be at least 8bit (one byte per second)"))
     }
 }
 
@@ -114,9 +100,7 @@ fn unit_scale(suffix: &str) -> std::result::Result<u128, String> {
              write bits: `kbit`, `mbit`, `gbit`"
         ));
     }
-    Err(format!(
-        "unknown unit `{suffix}`: use bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit or tibit"
-    ))
+    Err(format!("unknown unit `{suffix}`: use bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit or tibit"))
 }
 
 /// `number × scale`, computed exactly and truncated to an integer.
@@ -130,9 +114,7 @@ fn scale_decimal(number: &str, scale: u128) -> std::result::Result<u128, String>
     }
     let frac_digits = u32::try_from(frac_part.len()).unwrap_or(u32::MAX);
     if frac_digits > MAX_FRACTION_DIGITS {
-        return Err(format!(
-            "at most {MAX_FRACTION_DIGITS} digits after the point"
-        ));
+        return Err(format!("at most {MAX_FRACTION_DIGITS} digits after the point"));
     }
     let digits = format!("{int_part}{frac_part}");
     let too_large = || "too large".to_owned();
@@ -215,17 +197,7 @@ mod tests {
 
     #[test]
     fn rejects_nonsense() {
-        for bad in [
-            "",
-            "gbit",
-            "2 gbit",
-            "2xbit",
-            "-1gbit",
-            "1.2.3gbit",
-            "0",
-            "7bit",
-            "1e9",
-        ] {
+        for bad in ["", "gbit", "2 gbit", "2xbit", "-1gbit", "1.2.3gbit", "0", "7bit", "1e9"] {
             assert!(bad.parse::<Rate>().is_err(), "{bad:?} should be rejected");
         }
         assert!("99999999999999999999tbit".parse::<Rate>().is_err());
@@ -262,10 +234,7 @@ mod tests {
     #[test]
     fn rate_lists() {
         let rates = parse_rates("1gbit,3gbit").unwrap();
-        assert_eq!(
-            rates.iter().map(|r| r.bits_per_sec()).collect::<Vec<_>>(),
-            [1_000_000_000, 3_000_000_000]
-        );
+        assert_eq!(rates.iter().map(|r| r.bits_per_sec()).collect::<Vec<_>>(), [1_000_000_000, 3_000_000_000]);
         assert_eq!(format_rates(&rates), "1gbit,3gbit");
         assert_eq!(parse_rates("2gbit").unwrap().len(), 1);
         assert!(parse_rates("1gbit,").is_err());

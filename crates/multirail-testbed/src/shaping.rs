@@ -56,11 +56,7 @@ impl Shaping {
     /// The settings this crate uses for a link of `rate`.
     pub fn for_rate(rate: Rate) -> Shaping {
         let jitter_bytes = rate.bytes_per_sec().saturating_mul(BURST_JITTER_US) / 1_000_000;
-        Shaping {
-            rate,
-            burst_bytes: BURST_BASE_BYTES.saturating_add(jitter_bytes),
-            latency_us: LATENCY_US,
-        }
+        Shaping { rate, burst_bytes: BURST_BASE_BYTES.saturating_add(jitter_bytes), latency_us: LATENCY_US }
     }
 
     /// Arguments after `tc qdisc add dev IF root`.
@@ -87,26 +83,14 @@ mod tests {
 
     #[test]
     fn burst_grows_with_rate() {
-        assert_eq!(
-            Shaping::for_rate(rate("100mbit")).burst_bytes,
-            98_304 + 1_250
-        );
-        assert_eq!(
-            Shaping::for_rate(rate("2gbit")).burst_bytes,
-            98_304 + 25_000
-        );
-        assert_eq!(
-            Shaping::for_rate(rate("10gbit")).burst_bytes,
-            98_304 + 125_000
-        );
+        assert_eq!(Shaping::for_rate(rate("100mbit")).burst_bytes, 98_304 + 1_250);
+        assert_eq!(Shaping::for_rate(rate("2gbit")).burst_bytes, 98_304 + 25_000);
+        assert_eq!(Shaping::for_rate(rate("10gbit")).burst_bytes, 98_304 + 125_000);
     }
 
     #[test]
     fn tc_arguments() {
         let args = Shaping::for_rate(rate("2gbit")).tc_args();
-        assert_eq!(
-            args.join(" "),
-            "tbf rate 2000000000bit burst 123304 latency 5000us"
-        );
+        assert_eq!(args.join(" "), "tbf rate 2000000000bit burst 123304 latency 5000us");
     }
 }

@@ -44,11 +44,7 @@ pub enum Topology {
 impl Topology {
     /// The topology `up` builds for `hosts` hosts.
     pub fn for_hosts(hosts: usize) -> Topology {
-        if hosts <= 2 {
-            Topology::Direct
-        } else {
-            Topology::Switched
-        }
+        if hosts <= 2 { Topology::Direct } else { Topology::Switched }
     }
 }
 
@@ -89,16 +85,10 @@ impl Spec {
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::InvalidSpec(msg));
         if !(2..=MAX_HOSTS).contains(&self.hosts) {
-            return bad(format!(
-                "hosts must be 2 to {MAX_HOSTS}, not {}",
-                self.hosts
-            ));
+            return bad(format!("hosts must be 2 to {MAX_HOSTS}, not {}", self.hosts));
         }
         if !(1..=MAX_RAILS).contains(&self.rails) {
-            return bad(format!(
-                "rails must be 1 to {MAX_RAILS}, not {}",
-                self.rails
-            ));
+            return bad(format!("rails must be 1 to {MAX_RAILS}, not {}", self.rails));
         }
         if self.rates.len() != 1 && self.rates.len() != self.rails {
             return bad(format!(
@@ -115,9 +105,7 @@ impl Spec {
         if let Some(cc) = &self.congestion_control {
             let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
             if cc.is_empty() || !cc.chars().all(word) {
-                return bad(format!(
-                    "congestion control `{cc}` is not a plain name like `cubic`"
-                ));
+                return bad(format!("congestion control `{cc}` is not a plain name like `cubic`"));
             }
         }
         Ok(())
@@ -165,10 +153,7 @@ mod tests {
 
     #[test]
     fn per_rail_rates() {
-        let spec = Spec {
-            rates: parse_rates("1gbit,3gbit").unwrap(),
-            ..Spec::default()
-        };
+        let spec = Spec { rates: parse_rates("1gbit,3gbit").unwrap(), ..Spec::default() };
         spec.validate().unwrap();
         assert_eq!(spec.rail_rate(0).to_string(), "1gbit");
         assert_eq!(spec.rail_rate(1).to_string(), "3gbit");
@@ -176,48 +161,18 @@ mod tests {
 
     #[test]
     fn rejects_wrong_rate_count_and_limits() {
-        let three = Spec {
-            rates: parse_rates("1gbit,2gbit,3gbit").unwrap(),
-            ..Spec::default()
-        };
+        let three = Spec { rates: parse_rates("1gbit,2gbit,3gbit").unwrap(), ..Spec::default() };
         let err = three.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("3 rates (1gbit,2gbit,3gbit) for 2 rails"),
-            "{err}"
-        );
+        assert!(err.contains("3 rates (1gbit,2gbit,3gbit) for 2 rails"), "{err}");
         for spec in [
-            Spec {
-                hosts: 1,
-                ..Spec::default()
-            },
-            Spec {
-                hosts: 255,
-                ..Spec::default()
-            },
-            Spec {
-                rails: 0,
-                ..Spec::default()
-            },
-            Spec {
-                rails: 257,
-                ..Spec::default()
-            },
-            Spec {
-                rates: vec![],
-                ..Spec::default()
-            },
-            Spec {
-                rates: parse_rates("999kbit").unwrap(),
-                ..Spec::default()
-            },
-            Spec {
-                subnet_base: Ipv4Addr::new(10, 77, 3, 0),
-                ..Spec::default()
-            },
-            Spec {
-                congestion_control: Some("bbr; reboot".into()),
-                ..Spec::default()
-            },
+            Spec { hosts: 1, ..Spec::default() },
+            Spec { hosts: 255, ..Spec::default() },
+            Spec { rails: 0, ..Spec::default() },
+            Spec { rails: 257, ..Spec::default() },
+            Spec { rates: vec![], ..Spec::default() },
+            Spec { rates: parse_rates("999kbit").unwrap(), ..Spec::default() },
+            Spec { subnet_base: Ipv4Addr::new(10, 77, 3, 0), ..Spec::default() },
+            Spec { congestion_control: Some("bbr; reboot".into()), ..Spec::default() },
         ] {
             assert!(spec.validate().is_err(), "{spec:?}");
         }

@@ -100,9 +100,7 @@ impl Status {
     /// Addresses of `host` on every rail, in rail order; `None` if the host
     /// is missing or any rail of it has no address.
     pub fn rail_addrs(&self, host: usize) -> Option<Vec<Ipv4Addr>> {
-        (0..self.rails.len())
-            .map(|rail| self.addr(host, rail))
-            .collect()
+        (0..self.rails.len()).map(|rail| self.addr(host, rail)).collect()
     }
 
     /// Rate of rail `rail`.
@@ -113,10 +111,7 @@ impl Status {
     /// The congestion control of all hosts, if they agree.
     pub fn congestion_control(&self) -> Option<&str> {
         let first = self.hosts.first()?.congestion_control.as_str();
-        self.hosts
-            .iter()
-            .all(|h| h.congestion_control == first)
-            .then_some(first)
+        self.hosts.iter().all(|h| h.congestion_control == first).then_some(first)
     }
 }
 
@@ -134,21 +129,11 @@ pub fn status(prefix: &Prefix) -> Result<Option<Status>> {
     if found.is_empty() {
         return Ok(None);
     }
-    let mut host_ids: Vec<usize> = found
-        .iter()
-        .filter_map(|(_, role)| host_index(*role))
-        .collect();
+    let mut host_ids: Vec<usize> = found.iter().filter_map(|(_, role)| host_index(*role)).collect();
     host_ids.sort_unstable();
     let switched = found.iter().any(|(_, role)| *role == NetnsRole::Switch);
-    let hosts = host_ids
-        .iter()
-        .map(|&i| read_host(prefix, i))
-        .collect::<Result<Vec<_>>>()?;
-    let ports = if switched {
-        read_switch_ports(prefix)?
-    } else {
-        BTreeMap::new()
-    };
+    let hosts = host_ids.iter().map(|&i| read_host(prefix, i)).collect::<Result<Vec<_>>>()?;
+    let ports = if switched { read_switch_ports(prefix)? } else { BTreeMap::new() };
     Ok(Some(assemble(prefix, switched, hosts, &ports)))
 }
 
@@ -180,13 +165,7 @@ pub(crate) fn read_host(prefix: &Prefix, index: usize) -> Result<HostStatus> {
         .collect();
     rails.sort_by_key(|r| r.rail);
     let congestion_control = system::congestion_control(&netns)?;
-    Ok(HostStatus {
-        index,
-        name: names::host_name(index),
-        netns,
-        congestion_control,
-        rails,
-    })
+    Ok(HostStatus { index, name: names::host_name(index), netns, congestion_control, rails })
 }
 
 /// Shaping of the switch ports, by `(rail, host)`.
@@ -205,37 +184,18 @@ fn assemble(
     hosts: Vec<HostStatus>,
     ports: &BTreeMap<(usize, usize), Shaping>,
 ) -> Status {
-    let rail_count = hosts
-        .iter()
-        .filter_map(|h| h.rails.last())
-        .map(|r| r.rail + 1)
-        .max()
-        .unwrap_or(0);
-    let topology = if switched {
-        Topology::Switched
-    } else {
-        Topology::Direct
-    };
+    let rail_count = hosts.iter().filter_map(|h| h.rails.last()).map(|r| r.rail + 1).max().unwrap_or(0);
+    let topology = if switched { Topology::Switched } else { Topology::Direct };
     let mut problems = host_problems(&hosts, rail_count, topology);
     let rails: Vec<RailStatus> = (0..rail_count)
         .map(|rail| {
             let egress = egress_points(&hosts, ports, rail, switched);
             problems.extend(shaping_problems(rail, &egress));
-            RailStatus {
-                index: rail,
-                subnet: rail_subnet(&hosts, rail),
-                shaping: egress.iter().find_map(|(_, s)| *s),
-            }
+            RailStatus { index: rail, subnet: rail_subnet(&hosts, rail), shaping: egress.iter().find_map(|(_, s)| *s) }
         })
         .collect();
     problems.extend(subnet_problems(&hosts, &rails));
-    Status {
-        prefix: prefix.clone(),
-        topology,
-        hosts,
-        rails,
-        problems,
-    }
+    Status { prefix: prefix.clone(), topology, hosts, rails, problems }
 }
 
 fn host_problems(hosts: &[HostStatus], rail_count: usize, topology: Topology) -> Vec<String> {
@@ -243,24 +203,16 @@ fn host_problems(hosts: &[HostStatus], rail_count: usize, topology: Topology) ->
     let contiguous = hosts.iter().enumerate().all(|(pos, h)| h.index == pos);
     if !contiguous {
         let names: Vec<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
-        problems.push(format!(
-            "hosts are not numbered from 0 without gaps: {}",
-            names.join(", ")
-        ));
+        problems.push(format!("hosts are not numbered from 0 without gaps: {}", names.join(", ")));
     }
     if topology != Topology::for_hosts(hosts.len()) {
-        problems.push(format!(
-            "{} hosts but topology is {topology:?}",
-            hosts.len()
-        ));
+        problems.push(format!("{} hosts but topology is {topology:?}", hosts.len()));
     }
     for host in hosts {
         for rail in 0..rail_count {
             match host.rail(rail) {
                 None => problems.push(format!("{} has no rail{rail}", host.name)),
-                Some(r) if r.addr.is_none() => {
-                    problems.push(format!("{} rail{rail} has no IPv4 address", host.name))
-                }
+                Some(r) if r.addr.is_none() => problems.push(format!("{} rail{rail} has no IPv4 address", host.name)),
                 Some(_) => {}
             }
         }
@@ -282,10 +234,7 @@ fn egress_points(
         points.push((format!("{} rail{rail}", host.name), shaping));
         if switched {
             let port = names::switch_port_ifname(rail, host.index);
-            points.push((
-                format!("switch port {port}"),
-                ports.get(&(rail, host.index)).copied(),
-            ));
+            points.push((format!("switch port {port}"), ports.get(&(rail, host.index)).copied()));
         }
     }
     points
@@ -297,10 +246,9 @@ fn shaping_problems(rail: usize, egress: &[(String, Option<Shaping>)]) -> Vec<St
         .iter()
         .filter_map(|(name, shaping)| match (shaping, reference) {
             (None, _) => Some(format!("rail{rail}: {name} has no tbf")),
-            (Some(s), Some(rate)) if s.rate != rate => Some(format!(
-                "rail{rail}: {name} is shaped at {}, other egress points at {rate}",
-                s.rate
-            )),
+            (Some(s), Some(rate)) if s.rate != rate => {
+                Some(format!("rail{rail}: {name} is shaped at {}, other egress points at {rate}", s.rate))
+            }
             _ => None,
         })
         .collect()
@@ -317,20 +265,14 @@ fn subnet_problems(hosts: &[HostStatus], rails: &[RailStatus]) -> Vec<String> {
         for host in hosts {
             let subnet = host.rail(rail.index).and_then(|r| r.subnet);
             if subnet.is_some() && subnet != rail.subnet {
-                problems.push(format!(
-                    "{} rail{} is not on the rail's subnet",
-                    host.name, rail.index
-                ));
+                problems.push(format!("{} rail{} is not on the rail's subnet", host.name, rail.index));
             }
         }
     }
     for (i, a) in rails.iter().enumerate() {
         for b in &rails[i + 1..] {
             if a.subnet.is_some() && a.subnet == b.subnet {
-                problems.push(format!(
-                    "rail{} and rail{} share a subnet",
-                    a.index, b.index
-                ));
+                problems.push(format!("rail{} and rail{} share a subnet", a.index, b.index));
             }
         }
     }
@@ -375,39 +317,23 @@ mod tests {
         assert!(status.problems.is_empty(), "{:?}", status.problems);
         assert_eq!(status.rail_rate(1).unwrap().to_string(), "3gbit");
         assert_eq!(status.rails[1].subnet.unwrap().to_string(), "10.77.1.0/24");
-        assert_eq!(
-            status.rail_addrs(1).unwrap(),
-            [Ipv4Addr::new(10, 77, 0, 2), Ipv4Addr::new(10, 77, 1, 2)]
-        );
+        assert_eq!(status.rail_addrs(1).unwrap(), [Ipv4Addr::new(10, 77, 0, 2), Ipv4Addr::new(10, 77, 1, 2)]);
         assert_eq!(status.congestion_control(), Some("bbr"));
         let table = status.to_string();
         assert!(table.contains("rail1  10.77.1.0/24  3gbit"), "{table}");
-        assert!(
-            table.contains("host1  mr-host1  10.77.0.2  10.77.1.2"),
-            "{table}"
-        );
+        assert!(table.contains("host1  mr-host1  10.77.0.2  10.77.1.2"), "{table}");
     }
 
     #[test]
     fn reports_mismatched_and_missing_shaping() {
-        let hosts = vec![
-            host(0, &["1gbit"]),
-            host(1, &["2gbit"]),
-            host(2, &["1gbit"]),
-        ];
+        let hosts = vec![host(0, &["1gbit"]), host(1, &["2gbit"]), host(2, &["1gbit"])];
         let mut ports = BTreeMap::new();
         ports.insert((0, 0), shaping("1gbit"));
         ports.insert((0, 1), shaping("1gbit"));
         let status = assemble(&Prefix::default(), true, hosts, &ports);
         let problems = status.problems.join("\n");
-        assert!(
-            problems.contains("host1 rail0 is shaped at 2gbit, other egress points at 1gbit"),
-            "{problems}"
-        );
-        assert!(
-            problems.contains("switch port rail0-host2 has no tbf"),
-            "{problems}"
-        );
+        assert!(problems.contains("host1 rail0 is shaped at 2gbit, other egress points at 1gbit"), "{problems}");
+        assert!(problems.contains("switch port rail0-host2 has no tbf"), "{problems}");
     }
 
     #[test]
@@ -415,22 +341,15 @@ mod tests {
         let hosts = vec![host(0, &["1gbit", "1gbit"]), host(2, &["1gbit"])];
         let status = assemble(&Prefix::default(), false, hosts, &BTreeMap::new());
         let problems = status.problems.join("\n");
-        assert!(
-            problems.contains("not numbered from 0 without gaps: host0, host2"),
-            "{problems}"
-        );
+        assert!(problems.contains("not numbered from 0 without gaps: host0, host2"), "{problems}");
         assert!(problems.contains("host2 has no rail1"), "{problems}");
         assert_eq!(status.rail_addrs(2), None);
     }
 
     #[test]
     fn json_shape() {
-        let status = assemble(
-            &Prefix::default(),
-            false,
-            vec![host(0, &["2gbit"]), host(1, &["2gbit"])],
-            &BTreeMap::new(),
-        );
+        let status =
+            assemble(&Prefix::default(), false, vec![host(0, &["2gbit"]), host(1, &["2gbit"])], &BTreeMap::new());
         let json = serde_json::to_value(&status).unwrap();
         assert_eq!(json["topology"], "direct");
         assert_eq!(json["rails"][0]["shaping"]["rate"], "2gbit");

@@ -90,16 +90,10 @@ impl LinkJson {
 
     /// The first IPv4 address with its prefix length.
     pub(crate) fn ipv4(&self) -> Option<Ipv4Net> {
-        self.addr_info
-            .iter()
-            .filter(|a| a.family == "inet")
-            .find_map(|a| {
-                let addr: Ipv4Addr = a.local.as_deref()?.parse().ok()?;
-                Some(Ipv4Net {
-                    addr,
-                    prefix_len: a.prefixlen?,
-                })
-            })
+        self.addr_info.iter().filter(|a| a.family == "inet").find_map(|a| {
+            let addr: Ipv4Addr = a.local.as_deref()?.parse().ok()?;
+            Some(Ipv4Net { addr, prefix_len: a.prefixlen? })
+        })
     }
 }
 
@@ -112,10 +106,8 @@ pub(crate) fn list_netns() -> Result<Vec<String>> {
 /// The namespaces of testbed `prefix` with their roles: hosts by index, then
 /// the switch.
 pub(crate) fn testbed_netns(prefix: &Prefix) -> Result<Vec<(String, NetnsRole)>> {
-    let mut found: Vec<_> = list_netns()?
-        .into_iter()
-        .filter_map(|name| prefix.netns_role(&name).map(|role| (name, role)))
-        .collect();
+    let mut found: Vec<_> =
+        list_netns()?.into_iter().filter_map(|name| prefix.netns_role(&name).map(|role| (name, role))).collect();
     found.sort_by_key(|(_, role)| *role);
     Ok(found)
 }
@@ -156,8 +148,7 @@ pub(crate) fn congestion_control(netns: &str) -> Result<String> {
 pub(crate) fn write_sysctls(netns: &str, pairs: &[(&str, &str)]) -> Result<()> {
     // The keys and values are passed as arguments, never spliced into the
     // script, so no quoting issue can arise.
-    const SCRIPT: &str =
-        r#"while [ $# -gt 1 ]; do echo "$2" > "/proc/sys/$1" || exit 1; shift 2; done"#;
+    const SCRIPT: &str = r#"while [ $# -gt 1 ]; do echo "$2" > "/proc/sys/$1" || exit 1; shift 2; done"#;
     if pairs.is_empty() {
         return Ok(());
     }

@@ -45,24 +45,15 @@ pub fn up(spec: &Spec) -> Result<Status> {
 /// Fails with [`Error::AlreadyExists`] if any namespace or root link of the
 /// prefix exists.
 fn ensure_absent(prefix: &Prefix) -> Result<()> {
-    let netns: Vec<String> = system::testbed_netns(prefix)?
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
+    let netns: Vec<String> = system::testbed_netns(prefix)?.into_iter().map(|(name, _)| name).collect();
     if !netns.is_empty() {
         let found = format!("network namespaces {}", netns.join(", "));
-        return Err(Error::AlreadyExists {
-            prefix: prefix.to_string(),
-            found,
-        });
+        return Err(Error::AlreadyExists { prefix: prefix.to_string(), found });
     }
     let links: Vec<String> = crate::down::root_leftovers(prefix)?;
     if !links.is_empty() {
         let found = format!("links {} in the root namespace", links.join(", "));
-        return Err(Error::AlreadyExists {
-            prefix: prefix.to_string(),
-            found,
-        });
+        return Err(Error::AlreadyExists { prefix: prefix.to_string(), found });
     }
     Ok(())
 }
@@ -91,10 +82,7 @@ fn claim(prefix: &Prefix) -> Result<()> {
     let name = prefix.host_netns(0);
     add_netns(&name).map_err(|e| match e {
         Error::CommandFailed { ref stderr, .. } if stderr.contains("exists") => {
-            Error::AlreadyExists {
-                prefix: prefix.to_string(),
-                found: format!("network namespace {name}"),
-            }
+            Error::AlreadyExists { prefix: prefix.to_string(), found: format!("network namespace {name}") }
         }
         other => other,
     })
@@ -103,10 +91,7 @@ fn claim(prefix: &Prefix) -> Result<()> {
 fn roll_back(prefix: &Prefix, cause: Error) -> Error {
     match down(prefix) {
         Ok(_) => cause,
-        Err(cleanup) => Error::SetupAndCleanup {
-            cause: Box::new(cause),
-            cleanup: Box::new(cleanup),
-        },
+        Err(cleanup) => Error::SetupAndCleanup { cause: Box::new(cause), cleanup: Box::new(cleanup) },
     }
 }
 
@@ -127,9 +112,7 @@ fn build(spec: &Spec) -> Result<Status> {
             Topology::Switched => wire_switched(spec, rail)?,
         }
     }
-    status(prefix)?.ok_or_else(|| Error::NotFound {
-        prefix: prefix.to_string(),
-    })
+    status(prefix)?.ok_or_else(|| Error::NotFound { prefix: prefix.to_string() })
 }
 
 fn add_netns(name: &str) -> Result<()> {
@@ -147,10 +130,7 @@ fn add_netns(name: &str) -> Result<()> {
 fn setup_host(spec: &Spec, host: usize) -> Result<()> {
     let netns = spec.prefix.host_netns(host);
     cmd::ip(Some(&netns), &["link", "set", "dev", "lo", "up"])?;
-    let mut sysctls = vec![
-        ("net/ipv4/conf/all/arp_ignore", "1"),
-        ("net/ipv4/conf/all/arp_announce", "2"),
-    ];
+    let mut sysctls = vec![("net/ipv4/conf/all/arp_ignore", "1"), ("net/ipv4/conf/all/arp_announce", "2")];
     sysctls.extend(ipv6_off());
     if let Some(cc) = &spec.congestion_control {
         sysctls.push(("net/ipv4/tcp_congestion_control", cc.as_str()));
@@ -161,10 +141,7 @@ fn setup_host(spec: &Spec, host: usize) -> Result<()> {
 /// Sysctls that disable IPv6, if the kernel has IPv6 at all.
 fn ipv6_off() -> Vec<(&'static str, &'static str)> {
     if std::path::Path::new("/proc/sys/net/ipv6").exists() {
-        vec![
-            ("net/ipv6/conf/all/disable_ipv6", "1"),
-            ("net/ipv6/conf/default/disable_ipv6", "1"),
-        ]
+        vec![("net/ipv6/conf/all/disable_ipv6", "1"), ("net/ipv6/conf/default/disable_ipv6", "1")]
     } else {
         Vec::new()
     }
@@ -181,9 +158,7 @@ fn setup_switch(sw: &str) -> Result<()> {
 fn wire_direct(spec: &Spec, rail: usize) -> Result<()> {
     let ifname = rail_ifname(rail);
     let (a, b) = (spec.prefix.host_netns(0), spec.prefix.host_netns(1));
-    let add = [
-        "link", "add", "name", &ifname, "type", "veth", "peer", "name", &ifname, "netns", &b,
-    ];
+    let add = ["link", "add", "name", &ifname, "type", "veth", "peer", "name", &ifname, "netns", &b];
     cmd::ip(Some(&a), &add)?;
     configure_host_rail(spec, 0, rail)?;
     configure_host_rail(spec, 1, rail)
@@ -194,17 +169,12 @@ fn wire_direct(spec: &Spec, rail: usize) -> Result<()> {
 fn wire_switched(spec: &Spec, rail: usize) -> Result<()> {
     let sw = spec.prefix.switch_netns();
     let bridge = bridge_ifname(rail);
-    cmd::ip(
-        Some(&sw),
-        &["link", "add", "name", &bridge, "type", "bridge"],
-    )?;
+    cmd::ip(Some(&sw), &["link", "add", "name", &bridge, "type", "bridge"])?;
     cmd::ip(Some(&sw), &["link", "set", "dev", &bridge, "up"])?;
     for host in 0..spec.hosts {
         let (ifname, port) = (rail_ifname(rail), switch_port_ifname(rail, host));
         let host_ns = spec.prefix.host_netns(host);
-        let add = [
-            "link", "add", "name", &ifname, "type", "veth", "peer", "name", &port, "netns", &sw,
-        ];
+        let add = ["link", "add", "name", &ifname, "type", "veth", "peer", "name", &port, "netns", &sw];
         cmd::ip(Some(&host_ns), &add)?;
         cmd::ip(Some(&sw), &["link", "set", "dev", &port, "master", &bridge])?;
         add_tbf(&sw, &port, &spec.rail_shaping(rail))?;
@@ -219,11 +189,7 @@ fn configure_host_rail(spec: &Spec, host: usize, rail: usize) -> Result<()> {
     let netns = spec.prefix.host_netns(host);
     let ifname = rail_ifname(rail);
     let plan = spec.addressing();
-    let cidr = format!(
-        "{}/{}",
-        plan.host_addr(host, rail),
-        plan.rail_subnet(rail).prefix_len
-    );
+    let cidr = format!("{}/{}", plan.host_addr(host, rail), plan.rail_subnet(rail).prefix_len);
     cmd::ip(Some(&netns), &["addr", "add", &cidr, "dev", &ifname])?;
     add_tbf(&netns, &ifname, &spec.rail_shaping(rail))?;
     cmd::ip(Some(&netns), &["link", "set", "dev", &ifname, "up"]).map(drop)
@@ -232,13 +198,7 @@ fn configure_host_rail(spec: &Spec, host: usize, rail: usize) -> Result<()> {
 /// `tc qdisc add dev DEV root tbf ...`; an unknown qdisc kind becomes
 /// [`Error::TbfUnavailable`].
 fn add_tbf(netns: &str, dev: &str, shaping: &Shaping) -> Result<()> {
-    let mut args = vec![
-        "qdisc".to_owned(),
-        "add".into(),
-        "dev".into(),
-        dev.into(),
-        "root".into(),
-    ];
+    let mut args = vec!["qdisc".to_owned(), "add".into(), "dev".into(), dev.into(), "root".into()];
     args.extend(shaping.tc_args());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     cmd::tc(Some(netns), &args).map(drop).map_err(tbf_error)
@@ -246,9 +206,9 @@ fn add_tbf(netns: &str, dev: &str, shaping: &Shaping) -> Result<()> {
 
 fn tbf_error(e: Error) -> Error {
     match e {
-        Error::CommandFailed {
-            command, stderr, ..
-        } if is_unknown_qdisc(&stderr) => Error::TbfUnavailable { command, stderr },
+        Error::CommandFailed { command, stderr, .. } if is_unknown_qdisc(&stderr) => {
+            Error::TbfUnavailable { command, stderr }
+        }
         other => other,
     }
 }

@@ -8,12 +8,7 @@ use common::*;
 use multirail_testbed::{Spec, parse_rates, set_rail_up};
 
 fn spec(hosts: usize, rails: usize) -> Spec {
-    Spec {
-        hosts,
-        rails,
-        rates: parse_rates("1gbit").unwrap(),
-        ..Spec::default()
-    }
+    Spec { hosts, rails, rates: parse_rates("1gbit").unwrap(), ..Spec::default() }
 }
 
 fn have_python(test: &str) -> bool {
@@ -25,12 +20,7 @@ fn have_python(test: &str) -> bool {
 }
 
 fn addrs(tb: &Testbed, host: usize) -> Vec<String> {
-    tb.status
-        .rail_addrs(host)
-        .unwrap()
-        .iter()
-        .map(ToString::to_string)
-        .collect()
+    tb.status.rail_addrs(host).unwrap().iter().map(ToString::to_string).collect()
 }
 
 /// Host `from` reaches every rail address of host `to`, and the server sees
@@ -48,16 +38,9 @@ fn assert_reaches_every_rail(tb: &Testbed, from: usize, to: usize) {
 fn assert_rail0_reaches_only_rail0(tb: &Testbed, from: usize, to: usize) {
     let targets = addrs(tb, to);
     let results = probe(&tb.prefix, from, Some("rail0"), &targets);
-    assert_eq!(
-        results[0],
-        Probe::Ok(targets[0].clone()),
-        "rail0 itself works"
-    );
+    assert_eq!(results[0], Probe::Ok(targets[0].clone()), "rail0 itself works");
     for (addr, result) in targets.iter().zip(&results).skip(1) {
-        assert!(
-            matches!(result, Probe::Fail(_)),
-            "{addr} reached through rail0: {result:?}"
-        );
+        assert!(matches!(result, Probe::Fail(_)), "{addr} reached through rail0: {result:?}");
     }
 }
 
@@ -101,15 +84,8 @@ fn a_rail_taken_down_is_unreachable_until_brought_back() {
     let targets = addrs(&tb, 1);
     set_rail_up(&tb.prefix, 0, 1, false).unwrap();
     let results = probe(&tb.prefix, 0, None, &targets);
-    assert_eq!(
-        results[0],
-        Probe::Ok(targets[0].clone()),
-        "rail0 unaffected"
-    );
-    assert!(
-        matches!(results[1], Probe::Fail(_)),
-        "rail1 is down: {results:?}"
-    );
+    assert_eq!(results[0], Probe::Ok(targets[0].clone()), "rail0 unaffected");
+    assert!(matches!(results[1], Probe::Fail(_)), "rail1 is down: {results:?}");
     set_rail_up(&tb.prefix, 0, 1, true).unwrap();
     assert_reaches_every_rail(&tb, 0, 1);
 }

@@ -44,14 +44,9 @@ fn have_iperf3(test: &str) -> bool {
 fn iperf3_once(prefix: &Prefix, server: usize, client: usize, addr: &str, reverse: bool) -> f64 {
     let server_argv = ["timeout", "30", "iperf3", "-s", "-1", "-B", addr];
     let mut command = host_command(prefix, server, &server_argv).unwrap();
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     let _server = ChildGuard(command.spawn().expect("iperf3 server starts"));
-    let mut argv = vec![
-        "timeout", "20", "iperf3", "-c", addr, "-t", SECONDS, "-O", "1", "-J",
-    ];
+    let mut argv = vec!["timeout", "20", "iperf3", "-c", addr, "-t", SECONDS, "-O", "1", "-J"];
     if reverse {
         argv.push("-R");
     }
@@ -64,24 +59,14 @@ fn iperf3_once(prefix: &Prefix, server: usize, client: usize, addr: &str, revers
             return bps;
         }
         let error = report["error"].as_str().unwrap_or_default().to_owned();
-        assert!(
-            error.contains("unable to connect"),
-            "iperf3 failed: {error} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(error.contains("unable to connect"), "iperf3 failed: {error} {}", String::from_utf8_lossy(&out.stderr));
         sleep(Duration::from_millis(100));
     }
     panic!("iperf3 server in host{server} never accepted a connection");
 }
 
 /// Measures up to [`ATTEMPTS`] times and asserts the best is within the band.
-fn assert_single_stream_rate(
-    tb: &Testbed,
-    server: usize,
-    client: usize,
-    rail: usize,
-    reverse: bool,
-) {
+fn assert_single_stream_rate(tb: &Testbed, server: usize, client: usize, rail: usize, reverse: bool) {
     let rate: Rate = tb.status.rail_rate(rail).expect("rail is shaped");
     let addr = tb.status.addr(server, rail).unwrap().to_string();
     let mut best = 0.0f64;
@@ -98,16 +83,8 @@ fn assert_single_stream_rate(
         best / 1e6,
         ratio * 100.0
     );
-    assert!(
-        ratio >= FLOOR,
-        "single stream reached only {:.1}% of {rate}",
-        ratio * 100.0
-    );
-    assert!(
-        ratio <= CEILING,
-        "single stream exceeded {rate}: {:.1}%, shaping not effective",
-        ratio * 100.0
-    );
+    assert!(ratio >= FLOOR, "single stream reached only {:.1}% of {rate}", ratio * 100.0);
+    assert!(ratio <= CEILING, "single stream exceeded {rate}: {:.1}%, shaping not effective", ratio * 100.0);
 }
 
 #[test]
@@ -116,10 +93,7 @@ fn direct_rails_reach_their_own_rates() {
     if !have_iperf3("direct_rates") {
         return;
     }
-    let spec = Spec {
-        rates: parse_rates("500mbit,2gbit").unwrap(),
-        ..Spec::default()
-    };
+    let spec = Spec { rates: parse_rates("500mbit,2gbit").unwrap(), ..Spec::default() };
     let Some(tb) = up_or_skip("direct_rates", spec) else {
         return;
     };
@@ -134,12 +108,7 @@ fn switched_rail_reaches_its_rate_through_the_bridge() {
     if !have_iperf3("switched_rate") {
         return;
     }
-    let spec = Spec {
-        hosts: 3,
-        rails: 1,
-        rates: parse_rates("1gbit").unwrap(),
-        ..Spec::default()
-    };
+    let spec = Spec { hosts: 3, rails: 1, rates: parse_rates("1gbit").unwrap(), ..Spec::default() };
     let Some(tb) = up_or_skip("switched_rate", spec) else {
         return;
     };

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use multirail_proto::core::PayloadDest;
 use multirail_proto::wire::FrameHeader;
 
-use crate::{FrameSink, Flushed, Rail, RailCaps, RailError, Received};
+use crate::{Flushed, FrameSink, Rail, RailCaps, RailError, Received};
 
 /// What to inject.
 #[derive(Debug, Clone, Default)]

@@ -144,7 +144,11 @@ mod tests {
         }
     }
 
-    fn run(ckey: &'static [u8], akey: &'static [u8], cjob: u64) -> (Result<PeerHello, HandshakeFailure>, Result<PeerHello, HandshakeFailure>) {
+    fn run(
+        ckey: &'static [u8],
+        akey: &'static [u8],
+        cjob: u64,
+    ) -> (Result<PeerHello, HandshakeFailure>, Result<PeerHello, HandshakeFailure>) {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let t = std::thread::spawn(move || connect(&mut a, &hello(1, cjob), ckey, Duration::from_secs(5)));
         let acc = accept(&mut b, &hello(0, 7), akey, Duration::from_secs(5), |_| Ok(()));
@@ -185,7 +189,8 @@ mod tests {
     fn identity_check_refuses() {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let t = std::thread::spawn(move || connect(&mut a, &hello(1, 7), b"k", Duration::from_secs(5)));
-        let e = accept(&mut b, &hello(0, 7), b"k", Duration::from_secs(5), |p| Err(format!("rank {} not in job", p.rank)));
+        let e =
+            accept(&mut b, &hello(0, 7), b"k", Duration::from_secs(5), |p| Err(format!("rank {} not in job", p.rank)));
         assert!(e.unwrap_err().to_string().contains("rank 1 not in job"));
         assert!(t.join().unwrap().unwrap_err().to_string().contains("unexpected rank"));
     }

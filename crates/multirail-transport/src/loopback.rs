@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use multirail_proto::wire::FrameHeader;
 
-use crate::{FrameSink, Flushed, Rail, RailCaps, RailError, Received};
+use crate::{Flushed, FrameSink, Rail, RailCaps, RailError, Received};
 
 #[derive(Default)]
 struct Queue {

@@ -35,15 +35,12 @@ impl RailSpec {
             Local::Addr(ip) => Ok(Resolved { ip: *ip, iface: None }),
             Local::Iface(name) => {
                 let addrs = if_addrs::get_if_addrs().map_err(|e| format!("cannot list interfaces: {e}"))?;
-                let mut found: Vec<IpAddr> =
-                    addrs.iter().filter(|a| &a.name == name).map(|a| a.ip()).collect();
+                let mut found: Vec<IpAddr> = addrs.iter().filter(|a| &a.name == name).map(|a| a.ip()).collect();
                 found.sort_by_key(|ip| !ip.is_ipv4());
                 match found.first() {
                     Some(ip) => Ok(Resolved { ip: *ip, iface: Some(name.clone()) }),
                     None if addrs.iter().any(|a| &a.name == name) => Err(format!("interface {name} has no address")),
-                    None => Err(format!(
-                        "no interface named '{name}' (see `multirail info` for the usable ones)"
-                    )),
+                    None => Err(format!("no interface named '{name}' (see `multirail info` for the usable ones)")),
                 }
             }
         }
@@ -51,7 +48,8 @@ impl RailSpec {
 
     /// Parses a comma-separated list.
     pub fn parse_list(s: &str) -> Result<Vec<RailSpec>, String> {
-        let v: Vec<RailSpec> = s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::parse).collect::<Result<_, _>>()?;
+        let v: Vec<RailSpec> =
+            s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::parse).collect::<Result<_, _>>()?;
         if v.is_empty() {
             return Err("empty rail list (example: tcp:127.0.0.1,tcp:127.0.0.2)".into());
         }

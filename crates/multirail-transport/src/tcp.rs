@@ -14,7 +14,7 @@ use multirail_proto::wire::FrameHeader;
 use multirail_proto::wire::frame::Limits;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
-use crate::{FrameSink, Flushed, Rail, RailCaps, RailError, Received};
+use crate::{Flushed, FrameSink, Rail, RailCaps, RailError, Received};
 
 /// Staging buffer for reading headers and small frames in few syscalls.
 const STAGE: usize = 256 << 10;

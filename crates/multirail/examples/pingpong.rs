@@ -41,14 +41,17 @@ fn main() -> Result<(), multirail::Error> {
         let t = Instant::now();
         for _ in 0..windows {
             if ep.rank() == 0 {
-                let reqs: Vec<_> = (0..64).map(|_| ep.isend(peer, 2, data.clone()).map(Into::into)).collect::<Result<_, _>>()?;
+                let reqs: Vec<_> =
+                    (0..64).map(|_| ep.isend(peer, 2, data.clone()).map(Into::into)).collect::<Result<_, _>>()?;
                 for r in ep.wait_all(reqs) {
                     r?;
                 }
                 ep.recv(Some(peer), Some(3), &mut [0u8; 4])?;
             } else {
-                let reqs: Vec<_> =
-                    bufs.drain(..).map(|b| ep.irecv(Some(peer), Some(2), b).map(Into::into)).collect::<Result<_, _>>()?;
+                let reqs: Vec<_> = bufs
+                    .drain(..)
+                    .map(|b| ep.irecv(Some(peer), Some(2), b).map(Into::into))
+                    .collect::<Result<_, _>>()?;
                 for r in ep.wait_all(reqs) {
                     if let multirail::Finished::Received(b, _) = r? {
                         bufs.push(b);

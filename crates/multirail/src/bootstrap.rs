@@ -176,7 +176,12 @@ fn remaining(deadline: Instant) -> Duration {
 }
 
 /// Rank 0: waits for every other rank, then sends everyone the table.
-pub(crate) fn gather(me: &Me, listener: &TcpListener, mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
+pub(crate) fn gather(
+    me: &Me,
+    listener: &TcpListener,
+    mine: Vec<SocketAddr>,
+    deadline: Instant,
+) -> Result<Table, Error> {
     let n = me.size as usize;
     let mut table: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
     table[0] = Some(mine);
@@ -212,7 +217,8 @@ pub(crate) fn gather(me: &Me, listener: &TcpListener, mine: Vec<SocketAddr>, dea
                 continue;
             }
         };
-        let row = read_table(&mut s, 1, me.cfg.rails.len()).map_err(|e| setup_err(format!("rank {}: {e}", peer.rank)))?;
+        let row =
+            read_table(&mut s, 1, me.cfg.rails.len()).map_err(|e| setup_err(format!("rank {}: {e}", peer.rank)))?;
         table[peer.rank as usize] = row.into_iter().next();
         joined.push(s);
     }
@@ -276,16 +282,13 @@ pub(crate) fn accept_rail(me: &Me, k: usize, mut stream: TcpStream) -> Result<Co
 pub(crate) fn mesh(me: &Me, table: &Table, listeners: &[TcpListener], deadline: Instant) -> Result<Vec<Conn>, Error> {
     let higher = (me.size - 1 - me.rank) as usize;
     std::thread::scope(|sc| {
-        let acceptors: Vec<_> = listeners
-            .iter()
-            .enumerate()
-            .map(|(k, l)| sc.spawn(move || accept_n(me, k, l, higher, deadline)))
-            .collect();
+        let acceptors: Vec<_> =
+            listeners.iter().enumerate().map(|(k, l)| sc.spawn(move || accept_n(me, k, l, higher, deadline))).collect();
         let mut conns = Vec::new();
         let mut first_err = None;
         for j in 0..me.rank {
-            for k in 0..me.cfg.rails.len() {
-                match connect_rail(me, j, k, table[j as usize][k]) {
+            for (k, &addr) in table[j as usize].iter().enumerate() {
+                match connect_rail(me, j, k, addr) {
                     Ok(c) => conns.push(c),
                     Err(e) => {
                         first_err.get_or_insert(e);

@@ -7,9 +7,9 @@ use std::time::Duration;
 use multirail_proto::core::Config as ProtoConfig;
 use multirail_proto::sched::PolicyTable;
 use multirail_proto::units::parse_size;
+use multirail_transport::RailSpec;
 use multirail_transport::fault::FaultConfig;
 use multirail_transport::tcp::SocketOptions;
-use multirail_transport::RailSpec;
 
 use crate::Error;
 
@@ -210,7 +210,10 @@ pub fn parse_faults(s: &str) -> Result<Vec<Option<FaultConfig>>, String> {
         for kv in kvs.split(',').map(str::trim).filter(|x| !x.is_empty()) {
             let (k, v) = kv.split_once('=').ok_or_else(|| format!("'{kv}': expected KEY=VALUE"))?;
             let prob = |v: &str| -> Result<f64, String> {
-                v.parse::<f64>().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(|| format!("{k}={v}: a probability between 0 and 1"))
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|p| (0.0..=1.0).contains(p))
+                    .ok_or_else(|| format!("{k}={v}: a probability between 0 and 1"))
             };
             match k.trim() {
                 "drop" => f.drop = prob(v)?,

@@ -302,7 +302,12 @@ impl Endpoint {
 
     /// Posts a receive into `buf` (its length is the most it takes; no
     /// copy is made: fragments land in it from every rail).
-    pub fn irecv(&self, src: Option<u32>, tag: Option<u64>, buf: impl Into<BytesMut>) -> Result<RecvRequest<'_>, Error> {
+    pub fn irecv(
+        &self,
+        src: Option<u32>,
+        tag: Option<u64>,
+        buf: impl Into<BytesMut>,
+    ) -> Result<RecvRequest<'_>, Error> {
         if let Some(s) = src {
             self.check_peer(s)?;
         }

@@ -35,12 +35,20 @@ impl Recovery {
         if me.rank + 1 < me.size {
             for (k, l) in listeners.into_iter().enumerate() {
                 let (sh, me, st) = (shared.clone(), me.clone(), stop.clone());
-                threads.push(std::thread::Builder::new().name(format!("mr-accept-{k}")).spawn(move || accept_loop(&sh, &me, k, l, &st))?);
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("mr-accept-{k}"))
+                        .spawn(move || accept_loop(&sh, &me, k, l, &st))?,
+                );
             }
         }
         if me.rank > 0 {
             let (sh, st) = (shared, stop.clone());
-            threads.push(std::thread::Builder::new().name("mr-reconnect".into()).spawn(move || reconnect_loop(&sh, &me, &table, &st))?);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("mr-reconnect".into())
+                    .spawn(move || reconnect_loop(&sh, &me, &table, &st))?,
+            );
         }
         Ok(Recovery { stop, threads })
     }

@@ -10,7 +10,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use multirail_proto::core::{Core, Event, PayloadDest, PeerFailure, PeerId, ProtocolError, RailId, RecvError, ReqId, SendError, Status};
+use multirail_proto::core::{
+    Core, Event, PayloadDest, PeerFailure, PeerId, ProtocolError, RailId, RecvError, ReqId, SendError, Status,
+};
 use multirail_proto::time::Time;
 use multirail_proto::wire::FrameHeader;
 use multirail_transport::{FrameSink, Rail, RailError};

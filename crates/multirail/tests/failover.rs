@@ -12,7 +12,14 @@ use multirail::{BytesMut, Endpoint, FaultConfig, Finished, Progress, Request};
 
 /// Rank 0 streams `count` messages of `size` to rank 1, which checks every
 /// byte; rail 1 is killed after `kill_after` and revived after `down_for`.
-fn stream_with_kill(progress: Progress, policy: &str, size: usize, count: usize, kill_after: Duration, down_for: Duration) {
+fn stream_with_kill(
+    progress: Progress,
+    policy: &str,
+    size: usize,
+    count: usize,
+    kill_after: Duration,
+    down_for: Duration,
+) {
     let switch = Arc::new(AtomicBool::new(false));
     let s2 = switch.clone();
     let fault = FaultConfig { kill_switch: Some(switch.clone()), ..Default::default() };
@@ -69,7 +76,11 @@ fn stream_with_kill(progress: Progress, policy: &str, size: usize, count: usize,
             },
         );
         for (rank, took, stats, errors) in results {
-            eprintln!("rank {rank}: took {took:?}, downs {:?}, retransmits {:?}", stats.iter().map(|r| r.downs).collect::<Vec<_>>(), stats.iter().map(|r| r.retransmits).collect::<Vec<_>>());
+            eprintln!(
+                "rank {rank}: took {took:?}, downs {:?}, retransmits {:?}",
+                stats.iter().map(|r| r.downs).collect::<Vec<_>>(),
+                stats.iter().map(|r| r.retransmits).collect::<Vec<_>>()
+            );
             assert!(stats.iter().all(|r| r.up), "rank {rank}: rails back up: {stats:?}");
             if took > kill_after + Duration::from_millis(100) {
                 assert!(stats[1].downs >= 1, "rank {rank}: rail 1 went down during the run: {stats:?} {errors:?}");
@@ -80,16 +91,37 @@ fn stream_with_kill(progress: Progress, policy: &str, size: usize, count: usize,
 
 #[test]
 fn rail_killed_mid_stream_polled() {
-    stream_with_kill(Progress::Polled, "*:stripe", 1 << 20, 256, Duration::from_millis(150), Duration::from_millis(300));
+    stream_with_kill(
+        Progress::Polled,
+        "*:stripe",
+        1 << 20,
+        256,
+        Duration::from_millis(150),
+        Duration::from_millis(300),
+    );
 }
 
 #[test]
 fn rail_killed_mid_stream_threaded() {
-    stream_with_kill(Progress::Threaded, "16K:single,*:adaptive", 300_000, 512, Duration::from_millis(150), Duration::from_millis(300));
+    stream_with_kill(
+        Progress::Threaded,
+        "16K:single,*:adaptive",
+        300_000,
+        512,
+        Duration::from_millis(150),
+        Duration::from_millis(300),
+    );
 }
 
 #[test]
 fn small_messages_survive_a_kill() {
     // Round-robin puts every other small message on rail 1.
-    stream_with_kill(Progress::Polled, "*:round-robin", 1000, 4096, Duration::from_millis(50), Duration::from_millis(200));
+    stream_with_kill(
+        Progress::Polled,
+        "*:round-robin",
+        1000,
+        4096,
+        Duration::from_millis(50),
+        Duration::from_millis(200),
+    );
 }

@@ -90,7 +90,8 @@ impl Injector {
         }
         let state = if down { "down" } else { "up" };
         let dev = format!("rail{}", self.plan.rail);
-        let ok = std::process::Command::new("ip").args(["link", "set", &dev, state]).status().is_ok_and(|s| s.success());
+        let ok =
+            std::process::Command::new("ip").args(["link", "set", &dev, state]).status().is_ok_and(|s| s.success());
         if !ok {
             eprintln!("multirail: --fail-rail: `ip link set {dev} {state}` failed");
         }
@@ -192,7 +193,12 @@ impl fmt::Display for FailReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
         match self.down_at {
-            None => writeln!(f, "# fail-rail: the run ended before rail {} was to fail at {}", self.plan.rail, ms(self.plan.at))?,
+            None => writeln!(
+                f,
+                "# fail-rail: the run ended before rail {} was to fail at {}",
+                self.plan.rail,
+                ms(self.plan.at)
+            )?,
             Some(t) => {
                 write!(f, "# fail-rail: rail {} down at {}", self.plan.rail, ms(t))?;
                 match self.up_at {
@@ -204,7 +210,11 @@ impl fmt::Display for FailReport {
                 }
             }
         }
-        writeln!(f, "# {:<5} {:>16} {:>16} {:>6} {:>6} {:>6}", "rail", "MB before", "MB during run", "retx", "lost", "downs")?;
+        writeln!(
+            f,
+            "# {:<5} {:>16} {:>16} {:>6} {:>6} {:>6}",
+            "rail", "MB before", "MB during run", "retx", "lost", "downs"
+        )?;
         for (i, (b, a)) in self.before.iter().zip(&self.after).enumerate() {
             let mb = |s: &RailStats| (s.tx_bytes + s.rx_bytes) as f64 / 1e6;
             writeln!(

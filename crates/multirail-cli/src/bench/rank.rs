@@ -44,23 +44,27 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     }
     let bar = progress_bar(lead && !args.quiet, spec.sizes.len());
     let mut write_err = None;
-    let mut sweep = || multirail_perf::run(&ep, &spec, &mut |p| match p {
-        Progress::Start { size, .. } => bar.set_message(format!("size {}", multirail_proto::units::format_size(size))),
-        Progress::Done { result: Some(r), .. } => {
-            bar.inc(1);
-            let line = if args.json {
-                json::line(&info, r)
-            } else if args.csv {
-                csv::row(&info, r)
-            } else {
-                osu::row(&info, r, &opts)
-            };
-            if let Err(e) = out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
-                write_err.get_or_insert(e);
+    let mut sweep = || {
+        multirail_perf::run(&ep, &spec, &mut |p| match p {
+            Progress::Start { size, .. } => {
+                bar.set_message(format!("size {}", multirail_proto::units::format_size(size)))
             }
-        }
-        Progress::Done { .. } => bar.inc(1),
-    });
+            Progress::Done { result: Some(r), .. } => {
+                bar.inc(1);
+                let line = if args.json {
+                    json::line(&info, r)
+                } else if args.csv {
+                    csv::row(&info, r)
+                } else {
+                    osu::row(&info, r, &opts)
+                };
+                if let Err(e) = out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
+                    write_err.get_or_insert(e);
+                }
+            }
+            Progress::Done { .. } => bar.inc(1),
+        })
+    };
     let res = match failure.as_ref().filter(|_| lead) {
         Some(inj) => {
             let (res, report) = inj.watch(&ep, 1, &mut sweep);

@@ -25,11 +25,7 @@ pub(crate) fn run_size(ep: &Endpoint, plan: &SizePlan) -> Result<Option<SizeResu
                 tx.post()?;
                 rx.complete()?;
                 tx.complete()?;
-                Ok(if plan.validate {
-                    rx.check(s.iteration)
-                } else {
-                    None
-                })
+                Ok(if plan.validate { rx.check(s.iteration) } else { None })
             })?;
             Ok(None)
         }
@@ -54,11 +50,7 @@ fn rank0(ep: &Endpoint, plan: &SizePlan) -> Result<SizeResult, BenchError> {
         if s.timed {
             elapsed += t0.elapsed();
         }
-        Ok(if plan.validate {
-            rx.check(s.iteration)
-        } else {
-            None
-        })
+        Ok(if plan.validate { rx.check(s.iteration) } else { None })
     })?;
     let rail_bytes = meter.map(|m| m.bytes(ep)).unwrap_or_default();
     // Both directions: twice the pairs of a one-way stream.

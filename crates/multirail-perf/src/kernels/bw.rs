@@ -72,11 +72,7 @@ pub(crate) fn receive_windows(
         rx.post()?;
         rx.complete()?;
         rx.reply()?;
-        Ok(if plan.validate {
-            rx.check(s.iteration)
-        } else {
-            None
-        })
+        Ok(if plan.validate { rx.check(s.iteration) } else { None })
     })
 }
 

@@ -42,9 +42,7 @@ pub(crate) fn decode(buf: &[u8], words: usize, from: u32) -> Result<Vec<u64>, Be
             return Ok(v);
         }
     }
-    Err(BenchError::Protocol(format!(
-        "every copy of a control message from rank {from} arrived corrupted"
-    )))
+    Err(BenchError::Protocol(format!("every copy of a control message from rank {from} arrived corrupted")))
 }
 
 fn le_word(b: &[u8]) -> u64 {
@@ -87,21 +85,11 @@ mod tests {
     #[test]
     fn rejects_wrong_length_and_total_corruption() {
         let m = encode(&[5]);
-        assert!(
-            decode(&m[1..], 1, 3)
-                .unwrap_err()
-                .to_string()
-                .contains("rank 3")
-        );
+        assert!(decode(&m[1..], 1, 3).unwrap_err().to_string().contains("rank 3"));
         let mut b = m.to_vec();
         for copy in 0..3 {
             b[copy * 16] ^= 1;
         }
-        assert!(
-            decode(&b, 1, 3)
-                .unwrap_err()
-                .to_string()
-                .contains("corrupted")
-        );
+        assert!(decode(&b, 1, 3).unwrap_err().to_string().contains("corrupted"));
     }
 }

@@ -51,11 +51,7 @@ pub(crate) fn drive(
     let mut i = 0;
     while i < total {
         let timed = i >= plan.warmup;
-        let bad = step(Step {
-            iteration: i,
-            timed,
-            first_timed: i == plan.warmup,
-        })?;
+        let bad = step(Step { iteration: i, timed, first_timed: i == plan.warmup })?;
         if timed {
             counts.timed += 1;
         } else {

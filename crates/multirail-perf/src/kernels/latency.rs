@@ -41,12 +41,7 @@ fn pinger(ep: &Endpoint, plan: &SizePlan) -> Result<SizeResult, BenchError> {
 }
 
 /// A latency result from round trips in nanoseconds.
-pub(crate) fn latency_result(
-    plan: &SizePlan,
-    samples: &[u64],
-    counts: Counts,
-    rail_bytes: Vec<u64>,
-) -> SizeResult {
+pub(crate) fn latency_result(plan: &SizePlan, samples: &[u64], counts: Counts, rail_bytes: Vec<u64>) -> SizeResult {
     SizeResult {
         size: plan.size,
         value: stats::one_way_mean_us(samples),

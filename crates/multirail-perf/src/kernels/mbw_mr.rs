@@ -56,7 +56,6 @@ fn root(ep: &Endpoint, plan: &SizePlan) -> Result<SizeResult, BenchError> {
     let mean = sum / plan.pairs;
     let mut r = bw_result(plan, plan.pairs, mean, counts, rail_bytes);
     // = 1e6 * bw / size, without dividing by a size of 0.
-    r.msg_rate =
-        Some(f64::from(plan.pairs) * counts.timed as f64 * plan.window as f64 / mean.as_secs_f64());
+    r.msg_rate = Some(f64::from(plan.pairs) * counts.timed as f64 * plan.window as f64 / mean.as_secs_f64());
     Ok(r)
 }

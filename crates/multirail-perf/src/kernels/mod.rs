@@ -48,18 +48,9 @@ pub(crate) mod tag {
 #[derive(Debug, Clone, Copy)]
 pub enum Progress<'a> {
     /// Size `index` (of `total`) starts.
-    Start {
-        index: usize,
-        total: usize,
-        size: u64,
-    },
+    Start { index: usize, total: usize, size: u64 },
     /// Size `index` (of `total`) finished; `result` is rank 0's.
-    Done {
-        index: usize,
-        total: usize,
-        size: u64,
-        result: Option<&'a SizeResult>,
-    },
+    Done { index: usize, total: usize, size: u64, result: Option<&'a SizeResult> },
 }
 
 impl Progress<'_> {
@@ -81,11 +72,7 @@ impl Progress<'_> {
 /// pairs rank i works with rank i + pairs, higher ranks idle). Rank 0
 /// returns one [`SizeResult`] per size, the other ranks an empty vector.
 /// A validation failure is returned by every rank.
-pub fn run(
-    ep: &Endpoint,
-    spec: &BenchSpec,
-    progress: &mut dyn FnMut(Progress),
-) -> Result<Vec<SizeResult>, BenchError> {
+pub fn run(ep: &Endpoint, spec: &BenchSpec, progress: &mut dyn FnMut(Progress)) -> Result<Vec<SizeResult>, BenchError> {
     spec.check(ep.size())?;
     let total = spec.sizes.len();
     let mut out = Vec::with_capacity(if ep.rank() == 0 { total } else { 0 });
@@ -95,12 +82,7 @@ pub fn run(
         // OSU: MPI_Barrier before each size's loop.
         ep.barrier()?;
         let result = run_size(ep, spec.test, &plan)?;
-        progress(Progress::Done {
-            index,
-            total,
-            size,
-            result: result.as_ref(),
-        });
+        progress(Progress::Done { index, total, size, result: result.as_ref() });
         out.extend(result);
     }
     Ok(out)
@@ -153,8 +135,6 @@ impl SizePlan {
     /// reallocates; beyond that (or with a huge count bounded by a time
     /// cap) the vector grows, rarely, rather than reserving gigabytes.
     pub fn sample_capacity(&self) -> usize {
-        usize::try_from(self.iterations)
-            .unwrap_or(usize::MAX)
-            .min(MAX_SAMPLE_RESERVE)
+        usize::try_from(self.iterations).unwrap_or(usize::MAX).min(MAX_SAMPLE_RESERVE)
     }
 }

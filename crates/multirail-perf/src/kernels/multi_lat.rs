@@ -40,11 +40,7 @@ pub(crate) fn run_size(ep: &Endpoint, plan: &SizePlan) -> Result<Option<SizeResu
 }
 
 /// Runs this pair's round trips; rank 0 also meters its rails.
-fn ping(
-    ep: &Endpoint,
-    peer: u32,
-    plan: &SizePlan,
-) -> Result<(Vec<u64>, Counts, Vec<u64>), BenchError> {
+fn ping(ep: &Endpoint, peer: u32, plan: &SizePlan) -> Result<(Vec<u64>, Counts, Vec<u64>), BenchError> {
     let mut p = Pinger::new(ep, peer, plan);
     let mut meter = None;
     let counts = drive(ep, plan, CHECK_EVERY, |s| {

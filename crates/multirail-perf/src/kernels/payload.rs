@@ -20,12 +20,7 @@ impl Payloads {
     /// two senders of a bidirectional test apart in the pattern.
     pub fn new(size: u64, len: usize, count: usize, validate: bool, direction: u32) -> Payloads {
         let shared = Bytes::from(vec![b'a'; len]);
-        Payloads {
-            size,
-            direction,
-            validate,
-            slots: vec![shared; count],
-        }
+        Payloads { size, direction, validate, slots: vec![shared; count] }
     }
 
     /// Makes the payloads of `iteration` (call before starting the clock).
@@ -33,10 +28,7 @@ impl Payloads {
         if self.validate {
             for (j, slot) in self.slots.iter_mut().enumerate() {
                 let message = u32::try_from(j).unwrap_or(u32::MAX);
-                refill(
-                    slot,
-                    pattern::seed(self.size, iteration, message, self.direction),
-                );
+                refill(slot, pattern::seed(self.size, iteration, message, self.direction));
             }
         }
     }
@@ -52,9 +44,7 @@ impl Payloads {
 /// and this happens before the clock starts).
 fn refill(slot: &mut Bytes, seed: u64) {
     let len = slot.len();
-    let mut buf = std::mem::take(slot)
-        .try_into_mut()
-        .unwrap_or_else(|_| BytesMut::zeroed(len));
+    let mut buf = std::mem::take(slot).try_into_mut().unwrap_or_else(|_| BytesMut::zeroed(len));
     pattern::fill(&mut buf, seed);
     *slot = buf.freeze();
 }
@@ -70,9 +60,7 @@ pub(crate) fn check(
 ) -> Option<u64> {
     let message = u32::try_from(message).unwrap_or(u32::MAX);
     let seed = pattern::seed(size, iteration, message, direction);
-    let n = usize::try_from(received.min(size))
-        .unwrap_or(usize::MAX)
-        .min(buf.len());
+    let n = usize::try_from(received.min(size)).unwrap_or(usize::MAX).min(buf.len());
     match pattern::first_mismatch(&buf[..n], seed) {
         Some(off) => Some(off as u64),
         None if received != size => Some(n as u64),

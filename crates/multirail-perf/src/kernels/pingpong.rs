@@ -41,31 +41,20 @@ impl<'e> Pinger<'e> {
     }
 
     /// One round trip; its time is kept when `timed`.
-    pub fn round(
-        &mut self,
-        iteration: u64,
-        timed: bool,
-    ) -> Result<Option<ValidationError>, BenchError> {
+    pub fn round(&mut self, iteration: u64, timed: bool) -> Result<Option<ValidationError>, BenchError> {
         self.payload.prepare(iteration);
         let ping = self.payload.slots()[0].clone();
         let buf = std::mem::take(&mut self.buf);
         let t0 = Instant::now();
         self.ep.isend(self.peer, tag::PING, ping)?.wait()?;
-        let (buf, st) = self
-            .ep
-            .irecv(Some(self.peer), Some(tag::PONG), buf)?
-            .wait()?;
+        let (buf, st) = self.ep.irecv(Some(self.peer), Some(tag::PONG), buf)?.wait()?;
         let rtt = t0.elapsed();
         self.buf = buf;
         if timed {
             // A round trip under 584 years fits in u64 nanoseconds.
-            self.samples
-                .push(u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX));
+            self.samples.push(u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX));
         }
-        Ok(self
-            .validate
-            .then(|| check(self.ep, &self.buf, st.len, self.size, iteration, PONG))
-            .flatten())
+        Ok(self.validate.then(|| check(self.ep, &self.buf, st.len, self.size, iteration, PONG)).flatten())
     }
 }
 
@@ -95,27 +84,14 @@ impl<'e> Ponger<'e> {
         self.payload.prepare(iteration);
         let pong = self.payload.slots()[0].clone();
         let buf = std::mem::take(&mut self.buf);
-        let (buf, st) = self
-            .ep
-            .irecv(Some(self.peer), Some(tag::PING), buf)?
-            .wait()?;
+        let (buf, st) = self.ep.irecv(Some(self.peer), Some(tag::PING), buf)?.wait()?;
         self.ep.isend(self.peer, tag::PONG, pong)?.wait()?;
         self.buf = buf;
-        Ok(self
-            .validate
-            .then(|| check(self.ep, &self.buf, st.len, self.size, iteration, PING))
-            .flatten())
+        Ok(self.validate.then(|| check(self.ep, &self.buf, st.len, self.size, iteration, PING)).flatten())
     }
 }
 
-fn check(
-    ep: &Endpoint,
-    buf: &[u8],
-    len: u64,
-    size: u64,
-    iteration: u64,
-    direction: u32,
-) -> Option<ValidationError> {
+fn check(ep: &Endpoint, buf: &[u8], len: u64, size: u64, iteration: u64, direction: u32) -> Option<ValidationError> {
     payload::check(buf, len, size, iteration, 0, direction).map(|offset| ValidationError {
         size,
         offset,

@@ -11,25 +11,16 @@ pub(crate) struct RailMeter {
 impl RailMeter {
     /// Starts counting the rails to `peer`.
     pub fn start(ep: &Endpoint, peer: u32) -> RailMeter {
-        RailMeter {
-            peer,
-            start: totals(ep, peer),
-        }
+        RailMeter { peer, start: totals(ep, peer) }
     }
 
     /// Bytes per rail since [`start`](Self::start).
     pub fn bytes(&self, ep: &Endpoint) -> Vec<u64> {
         let now = totals(ep, self.peer);
-        now.iter()
-            .enumerate()
-            .map(|(k, &n)| n.saturating_sub(self.start.get(k).copied().unwrap_or(0)))
-            .collect()
+        now.iter().enumerate().map(|(k, &n)| n.saturating_sub(self.start.get(k).copied().unwrap_or(0))).collect()
     }
 }
 
 fn totals(ep: &Endpoint, peer: u32) -> Vec<u64> {
-    ep.rail_stats(peer)
-        .iter()
-        .map(|r| r.tx_bytes + r.rx_bytes)
-        .collect()
+    ep.rail_stats(peer).iter().map(|r| r.tx_bytes + r.rx_bytes).collect()
 }

@@ -27,14 +27,7 @@ impl<'e> WindowSender<'e> {
     pub fn new(ep: &'e Endpoint, peer: u32, tag: u64, plan: &SizePlan, direction: u32) -> Self {
         let payloads = Payloads::new(plan.size, plan.len, plan.window, plan.validate, direction);
         let reqs = Vec::with_capacity(plan.window);
-        WindowSender {
-            ep,
-            peer,
-            tag,
-            payloads,
-            reqs,
-            reply: BytesMut::zeroed(REPLY_LEN),
-        }
+        WindowSender { ep, peer, tag, payloads, reqs, reply: BytesMut::zeroed(REPLY_LEN) }
     }
 
     /// Prepares the payloads of `iteration` (before the clock starts).
@@ -45,8 +38,7 @@ impl<'e> WindowSender<'e> {
     /// Starts sending the prepared window.
     pub fn post(&mut self) -> Result<(), BenchError> {
         for p in self.payloads.slots() {
-            self.reqs
-                .push(self.ep.isend(self.peer, self.tag, p.clone())?);
+            self.reqs.push(self.ep.isend(self.peer, self.tag, p.clone())?);
         }
         Ok(())
     }
@@ -62,10 +54,7 @@ impl<'e> WindowSender<'e> {
     /// Waits for the receiver's reply to the window.
     pub fn await_reply(&mut self) -> Result<(), BenchError> {
         let buf = std::mem::take(&mut self.reply);
-        let (buf, _) = self
-            .ep
-            .irecv(Some(self.peer), Some(tag::REPLY), buf)?
-            .wait()?;
+        let (buf, _) = self.ep.irecv(Some(self.peer), Some(tag::REPLY), buf)?.wait()?;
         self.reply = buf;
         Ok(())
     }
@@ -92,9 +81,7 @@ impl<'e> WindowReceiver<'e> {
             tag,
             size: plan.size,
             direction,
-            bufs: (0..plan.window)
-                .map(|_| BytesMut::zeroed(plan.len))
-                .collect(),
+            bufs: (0..plan.window).map(|_| BytesMut::zeroed(plan.len)).collect(),
             lens: Vec::with_capacity(plan.window),
             reqs: Vec::with_capacity(plan.window),
             reply: Bytes::from(vec![0u8; REPLY_LEN]),
@@ -104,8 +91,7 @@ impl<'e> WindowReceiver<'e> {
     /// Posts a receive for every message of the window.
     pub fn post(&mut self) -> Result<(), BenchError> {
         for b in self.bufs.drain(..) {
-            self.reqs
-                .push(self.ep.irecv(Some(self.peer), Some(self.tag), b)?);
+            self.reqs.push(self.ep.irecv(Some(self.peer), Some(self.tag), b)?);
         }
         Ok(())
     }
@@ -123,22 +109,14 @@ impl<'e> WindowReceiver<'e> {
 
     /// Sends the short reply that ends a bw window.
     pub fn reply(&mut self) -> Result<(), BenchError> {
-        Ok(self
-            .ep
-            .isend(self.peer, tag::REPLY, self.reply.clone())?
-            .wait()?)
+        Ok(self.ep.isend(self.peer, tag::REPLY, self.reply.clone())?.wait()?)
     }
 
     /// Checks every message of the last window against `iteration`'s pattern.
     pub fn check(&self, iteration: u64) -> Option<ValidationError> {
-        let bad = self
-            .bufs
-            .iter()
-            .zip(&self.lens)
-            .enumerate()
-            .find_map(|(j, (b, &len))| {
-                payload::check(b, len, self.size, iteration, j, self.direction).map(|off| (j, off))
-            });
+        let bad = self.bufs.iter().zip(&self.lens).enumerate().find_map(|(j, (b, &len))| {
+            payload::check(b, len, self.size, iteration, j, self.direction).map(|off| (j, off))
+        });
         bad.map(|(j, offset)| ValidationError {
             size: self.size,
             offset,

@@ -51,11 +51,7 @@ pub fn row(info: &RunInfo, r: &SizeResult) -> String {
     ];
     fields.extend(config.iter().map(|v| v.to_string()));
     fields.extend(r.rail_bytes.iter().map(|b| b.to_string()));
-    let mut out = fields
-        .iter()
-        .map(|f| quote(f))
-        .collect::<Vec<_>>()
-        .join(",");
+    let mut out = fields.iter().map(|f| quote(f)).collect::<Vec<_>>().join(",");
     out.push('\n');
     out
 }
@@ -105,11 +101,7 @@ mod tests {
             value: 1.5,
             unit: Unit::Micros,
             msg_rate: None,
-            percentiles: Some(Percentiles {
-                p50: 1.25,
-                p90: 2.0,
-                p99: 4.5,
-            }),
+            percentiles: Some(Percentiles { p50: 1.25, p90: 2.0, p99: 4.5 }),
             iterations: 1000,
             warmup: 100,
             rail_bytes: vec![0, 12],

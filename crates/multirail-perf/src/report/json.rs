@@ -134,28 +134,21 @@ mod tests {
             value: 1.25,
             unit: Unit::Micros,
             msg_rate: None,
-            percentiles: Some(Percentiles {
-                p50: 1.0,
-                p90: 2.0,
-                p99: 3.5,
-            }),
+            percentiles: Some(Percentiles { p50: 1.0, p90: 2.0, p99: 3.5 }),
             iterations: 100,
             warmup: 10,
             rail_bytes: vec![800, 0],
             elapsed: Duration::from_micros(250),
             capped: false,
         };
-        let expected = String::from(
-            r#"{"test":"latency","size":8,"value":1.25,"unit":"us","p50":1.0,"p90":2.0,"p99":3.5,"#,
-        ) + r#""rail_bytes":[800,0],"iterations":100,"warmup":10,"elapsed_s":0.00025,"capped":false,"#
-            + CONFIG
-            + "}\n";
+        let expected =
+            String::from(r#"{"test":"latency","size":8,"value":1.25,"unit":"us","p50":1.0,"p90":2.0,"p99":3.5,"#)
+                + r#""rail_bytes":[800,0],"iterations":100,"warmup":10,"elapsed_s":0.00025,"capped":false,"#
+                + CONFIG
+                + "}\n";
         let got = line(&info(Test::Latency), &r);
         assert_eq!(got, expected);
-        assert_eq!(
-            serde_json::from_str::<JsonRecord>(&got).unwrap(),
-            record(&info(Test::Latency), &r)
-        );
+        assert_eq!(serde_json::from_str::<JsonRecord>(&got).unwrap(), record(&info(Test::Latency), &r));
     }
 
     #[test]
@@ -172,9 +165,8 @@ mod tests {
             elapsed: Duration::from_secs(1),
             capped: true,
         };
-        let expected = String::from(
-            r#"{"test":"mbw_mr","size":1,"value":2.0,"unit":"MB/s","msg_rate":2000000.0,"#,
-        ) + r#""rail_bytes":[],"iterations":3,"warmup":0,"elapsed_s":1.0,"capped":true,"#
+        let expected = String::from(r#"{"test":"mbw_mr","size":1,"value":2.0,"unit":"MB/s","msg_rate":2000000.0,"#)
+            + r#""rail_bytes":[],"iterations":3,"warmup":0,"elapsed_s":1.0,"capped":true,"#
             + CONFIG
             + "}\n";
         assert_eq!(lines(&info(Test::MbwMr), &[r]), expected);

@@ -45,11 +45,7 @@ pub fn table(info: &RunInfo, results: &[SizeResult], opts: &TableOptions) -> Str
 
 /// The header lines, each ending in a newline.
 pub fn header(info: &RunInfo, opts: &TableOptions) -> String {
-    let mut out = format!(
-        "# multirail OSU-style {} v{}\n",
-        info.test.title(),
-        info.version
-    );
+    let mut out = format!("# multirail OSU-style {} v{}\n", info.test.title(), info.version);
     out.push_str(&format!(
         "# rails: {}  policy: {}  progress: {}  eager-limit: {}  chunk: {}\n",
         info.rails.join(","),
@@ -60,10 +56,7 @@ pub fn header(info: &RunInfo, opts: &TableOptions) -> String {
     ));
     match info.test {
         // OSU's own line (osu_mbw_mr.c).
-        Test::MbwMr => out.push_str(&format!(
-            "# [ pairs: {} ] [ window size: {} ]\n",
-            info.pairs, info.window
-        )),
+        Test::MbwMr => out.push_str(&format!("# [ pairs: {} ] [ window size: {} ]\n", info.pairs, info.window)),
         Test::Bw | Test::Bibw => out.push_str(&format!("# [ window size: {} ]\n", info.window)),
         Test::MultiLat => out.push_str(&format!("# [ pairs: {} ]\n", info.pairs)),
         Test::Latency => {}
@@ -90,12 +83,7 @@ fn columns(info: &RunInfo, opts: &TableOptions) -> String {
     }
     if opts.rail_stats {
         for k in 0..info.rails.len() {
-            let _ = write!(
-                out,
-                "{:>RAIL_WIDTH$}{:>RAIL_WIDTH$}",
-                format!("rail{k}(MB)"),
-                format!("rail{k}(%)")
-            );
+            let _ = write!(out, "{:>RAIL_WIDTH$}{:>RAIL_WIDTH$}", format!("rail{k}(MB)"), format!("rail{k}(%)"));
         }
     }
     out.push('\n');
@@ -123,12 +111,7 @@ pub fn row(info: &RunInfo, r: &SizeResult, opts: &TableOptions) -> String {
     }
     if opts.rail_stats {
         for (bytes, share) in r.rail_bytes.iter().zip(r.rail_shares()) {
-            let _ = write!(
-                out,
-                "{:>RAIL_WIDTH$.2}{:>RAIL_WIDTH$.2}",
-                *bytes as f64 / 1e6,
-                share
-            );
+            let _ = write!(out, "{:>RAIL_WIDTH$.2}{:>RAIL_WIDTH$.2}", *bytes as f64 / 1e6, share);
         }
     }
     out.push('\n');
@@ -176,19 +159,13 @@ mod tests {
 
     #[test]
     fn latency_table_is_osus() {
-        let rows = [
-            result(0, 1.5, Unit::Micros),
-            result(4194304, 1234.567, Unit::Micros),
-        ];
+        let rows = [result(0, 1.5, Unit::Micros), result(4194304, 1234.567, Unit::Micros)];
         let expected = String::from("# multirail OSU-style Latency Test v0.1.0\n")
             + CONFIG
             + "# Size          Latency (us)\n"
             + "0                       1.50\n"
             + "4194304              1234.57\n";
-        assert_eq!(
-            table(&info(Test::Latency), &rows, &TableOptions::default()),
-            expected
-        );
+        assert_eq!(table(&info(Test::Latency), &rows, &TableOptions::default()), expected);
     }
 
     #[test]
@@ -199,10 +176,7 @@ mod tests {
             + "# [ window size: 64 ]\n"
             + "# Size      Bandwidth (MB/s)\n"
             + "1                       2.89\n";
-        assert_eq!(
-            table(&info(Test::Bw), &rows, &TableOptions::default()),
-            expected
-        );
+        assert_eq!(table(&info(Test::Bw), &rows, &TableOptions::default()), expected);
         assert!(
             header(&info(Test::Bibw), &TableOptions::default())
                 .starts_with("# multirail OSU-style Bi-Directional Bandwidth Test v0.1.0\n")
@@ -213,16 +187,12 @@ mod tests {
     fn mbw_mr_table_is_osus() {
         let mut r = result(8, 16.0, Unit::MegabytesPerSec);
         r.msg_rate = Some(2_000_000.0);
-        let expected =
-            String::from("# multirail OSU-style Multiple Bandwidth / Message Rate Test v0.1.0\n")
-                + CONFIG
-                + "# [ pairs: 2 ] [ window size: 64 ]\n"
-                + "# Size                  MB/s        Messages/s\n"
-                + "8                      16.00        2000000.00\n";
-        assert_eq!(
-            table(&info(Test::MbwMr), &[r], &TableOptions::default()),
-            expected
-        );
+        let expected = String::from("# multirail OSU-style Multiple Bandwidth / Message Rate Test v0.1.0\n")
+            + CONFIG
+            + "# [ pairs: 2 ] [ window size: 64 ]\n"
+            + "# Size                  MB/s        Messages/s\n"
+            + "8                      16.00        2000000.00\n";
+        assert_eq!(table(&info(Test::MbwMr), &[r], &TableOptions::default()), expected);
     }
 
     #[test]
@@ -230,15 +200,8 @@ mod tests {
         let mut i = info(Test::MultiLat);
         i.validate = true;
         let mut r = result(2, 3.0, Unit::Micros);
-        r.percentiles = Some(Percentiles {
-            p50: 2.5,
-            p90: 4.0,
-            p99: 10.25,
-        });
-        let opts = TableOptions {
-            rail_stats: true,
-            percentiles: true,
-        };
+        r.percentiles = Some(Percentiles { p50: 2.5, p90: 4.0, p99: 10.25 });
+        let opts = TableOptions { rail_stats: true, percentiles: true };
         let expected = String::from("# multirail OSU-style Multi Latency Test v0.1.0\n")
             + CONFIG
             + "# [ pairs: 2 ]\n"
@@ -251,18 +214,8 @@ mod tests {
 
     #[test]
     fn missing_percentiles_print_dashes() {
-        let opts = TableOptions {
-            rail_stats: false,
-            percentiles: true,
-        };
+        let opts = TableOptions { rail_stats: false, percentiles: true };
         let line = row(&info(Test::Latency), &result(1, 1.0, Unit::Micros), &opts);
-        assert_eq!(
-            line,
-            format!(
-                "1{}1.00{}\n",
-                " ".repeat(23),
-                format!("{:>18}", "-").repeat(3)
-            )
-        );
+        assert_eq!(line, format!("1{}1.00{}\n", " ".repeat(23), format!("{:>18}", "-").repeat(3)));
     }
 }

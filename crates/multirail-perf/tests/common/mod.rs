@@ -10,10 +10,7 @@ use multirail::{Builder, Config, Endpoint, Progress};
 
 /// `n` loopback rails: 127.0.0.1, 127.0.0.2, ...
 pub fn rails(n: usize) -> String {
-    (1..=n)
-        .map(|i| format!("tcp:127.0.0.{i}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    (1..=n).map(|i| format!("tcp:127.0.0.{i}")).collect::<Vec<_>>().join(",")
 }
 
 /// A builder for `nrails` loopback rails with a test key.
@@ -28,11 +25,7 @@ pub fn builder(nrails: usize, progress: Progress) -> Builder {
 }
 
 /// Runs `f(endpoint)` on `n` ranks (threads) and returns their results.
-pub fn job<T: Send>(
-    n: u32,
-    make: impl Fn(u32) -> Builder + Sync,
-    f: impl Fn(Endpoint) -> T + Sync,
-) -> Vec<T> {
+pub fn job<T: Send>(n: u32, make: impl Fn(u32) -> Builder + Sync, f: impl Fn(Endpoint) -> T + Sync) -> Vec<T> {
     let root = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = root.local_addr().unwrap();
     let mut root = Some(root);
@@ -40,17 +33,11 @@ pub fn job<T: Send>(
         let hs: Vec<_> = (0..n)
             .map(|r| {
                 let b = make(r).rank(r, n);
-                let b = if r == 0 {
-                    b.root_listener(root.take().unwrap())
-                } else {
-                    b.root(addr)
-                };
+                let b = if r == 0 { b.root_listener(root.take().unwrap()) } else { b.root(addr) };
                 let f = &f;
                 s.spawn(move || f(b.build().expect("endpoint")))
             })
             .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("rank panicked"))
-            .collect()
+        hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
     })
 }

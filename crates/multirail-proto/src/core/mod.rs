@@ -385,10 +385,7 @@ impl Core {
     /// Per-rail counters for `peer`.
     pub fn rail_stats(&self, peer: PeerId, now: Time) -> Vec<RailStats> {
         self.peers.get(&peer).map_or_else(Vec::new, |p| {
-            p.rails
-                .iter()
-                .map(|r| RailStats { up: r.up, rate: r.est.rate(now) as u64, ..r.stats })
-                .collect()
+            p.rails.iter().map(|r| RailStats { up: r.up, rate: r.est.rate(now) as u64, ..r.stats }).collect()
         })
     }
 
@@ -762,7 +759,11 @@ impl Core {
         let mut keep = VecDeque::new();
         for posted in std::mem::take(&mut self.posted) {
             if posted.src == Some(peer) {
-                self.events.push_back(Event::RecvDone { req: posted.req, result: Err(recv_err.clone()), buf: posted.buf });
+                self.events.push_back(Event::RecvDone {
+                    req: posted.req,
+                    result: Err(recv_err.clone()),
+                    buf: posted.buf,
+                });
             } else {
                 keep.push_back(posted);
             }

@@ -110,12 +110,8 @@ impl RateEstimator {
 
     /// Current estimate in bytes/s (0 when nothing was measured recently).
     pub fn rate(&self, now: Time) -> f64 {
-        let recent = self
-            .samples
-            .iter()
-            .filter(|(t, _)| now.since(*t) <= RATE_WINDOW)
-            .map(|(_, r)| *r)
-            .fold(0.0, f64::max);
+        let recent =
+            self.samples.iter().filter(|(t, _)| now.since(*t) <= RATE_WINDOW).map(|(_, r)| *r).fold(0.0, f64::max);
         if recent > 0.0 {
             recent
         } else {

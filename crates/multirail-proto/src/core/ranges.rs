@@ -48,13 +48,8 @@ impl RangeSet {
         let (mut s, mut e) = (start, end);
         let mut removed = 0;
         // Merge with every range that overlaps or touches [s, e).
-        let touching: Vec<(u64, u64)> = self
-            .map
-            .range(..=e)
-            .rev()
-            .take_while(|(_, re)| **re >= s)
-            .map(|(a, b)| (*a, *b))
-            .collect();
+        let touching: Vec<(u64, u64)> =
+            self.map.range(..=e).rev().take_while(|(_, re)| **re >= s).map(|(a, b)| (*a, *b)).collect();
         for (rs, re) in touching {
             self.map.remove(&rs);
             removed += re - rs;

@@ -9,8 +9,8 @@ use crate::wire::{Flags, FrameHeader, Op, frame::payload_checksum};
 
 use super::recvbuf::RecvBuffer;
 use super::{
-    Core, Event, MESSAGE_OVERHEAD, PayloadDest, PeerId, Posted, ProtocolError, RailId, RangeSet, RecvError, ReqId,
-    RTS_CREDITS, SEQ_WINDOW, Status, Transmit,
+    Core, Event, MESSAGE_OVERHEAD, PayloadDest, PeerId, Posted, ProtocolError, RTS_CREDITS, RailId, RangeSet,
+    RecvError, ReqId, SEQ_WINDOW, Status, Transmit,
 };
 use crate::time::Time;
 
@@ -138,7 +138,13 @@ impl Core {
     /// A frame header arrived on `rail` from `peer`. Returns where its
     /// payload goes; read it there and call [`Core::on_payload`]. An error
     /// means the peer broke the protocol: close this rail.
-    pub fn on_header(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) -> Result<PayloadDest, ProtocolError> {
+    pub fn on_header(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        now: Time,
+    ) -> Result<PayloadDest, ProtocolError> {
         let Some(p) = self.peers.get_mut(&peer) else { return Ok(PayloadDest::Discard) };
         if p.failed.is_some() {
             return Ok(PayloadDest::Discard);
@@ -205,9 +211,8 @@ impl Core {
                 Ok(())
             }
             PayloadDest::Lease(lease) => {
-                let bad_sum = complete
-                    && hdr.flags.contains(Flags::CHECKSUM)
-                    && payload_checksum(&lease.buf) != hdr.checksum;
+                let bad_sum =
+                    complete && hdr.flags.contains(Flags::CHECKSUM) && payload_checksum(&lease.buf) != hdr.checksum;
                 let p = self.peers.get_mut(&peer).expect("checked above");
                 if let Some(m) = p.inc.get_mut(&hdr.seq) {
                     if let InBuf::Own(b) | InBuf::User(b) = &mut m.buf {
@@ -229,7 +234,14 @@ impl Core {
 
     /// A whole frame at once (payload already in memory): `on_header`,
     /// copy, `on_payload`.
-    pub fn on_frame(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, payload: &[u8], now: Time) -> Result<(), ProtocolError> {
+    pub fn on_frame(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        payload: &[u8],
+        now: Time,
+    ) -> Result<(), ProtocolError> {
         let mut dest = self.on_header(peer, rail, hdr, now)?;
         if let Some(dst) = dest.as_mut_slice() {
             let n = dst.len().min(payload.len());
@@ -262,7 +274,13 @@ impl Core {
         seq.checked_add(1).is_some_and(|end| self.peers[&peer].done.contains(seq, end))
     }
 
-    fn rx_eager(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) -> Result<PayloadDest, ProtocolError> {
+    fn rx_eager(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        now: Time,
+    ) -> Result<PayloadDest, ProtocolError> {
         let seq = hdr.seq;
         if self.is_done(peer, seq) {
             return Ok(PayloadDest::Discard);
@@ -550,7 +568,8 @@ impl Core {
     pub(crate) fn flush_acks(&mut self, peer: PeerId, _now: Time, include_credit: bool) {
         let p = self.peers.get_mut(&peer).expect("caller checked");
         p.ack_due = None;
-        let rails: Vec<RailId> = p.rails.iter().enumerate().filter(|(_, r)| r.up && !r.acks.is_empty()).map(|(i, _)| i).collect();
+        let rails: Vec<RailId> =
+            p.rails.iter().enumerate().filter(|(_, r)| r.up && !r.acks.is_empty()).map(|(i, _)| i).collect();
         for rail in &rails {
             self.flush_rail_acks(peer, *rail);
         }

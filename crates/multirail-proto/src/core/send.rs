@@ -259,12 +259,8 @@ impl Core {
     /// Drops messages that are completed and fully acknowledged.
     fn release_acked(&mut self, peer: PeerId) {
         let Some(p) = self.peers.get_mut(&peer) else { return };
-        let done: Vec<u64> = p
-            .out
-            .iter()
-            .filter(|(_, m)| m.completed && m.unacked == 0 && m.plan_done())
-            .map(|(s, _)| *s)
-            .collect();
+        let done: Vec<u64> =
+            p.out.iter().filter(|(_, m)| m.completed && m.unacked == 0 && m.plan_done()).map(|(s, _)| *s).collect();
         for s in done {
             p.out.remove(&s);
         }
@@ -300,7 +296,13 @@ impl Core {
 
     /// Handles an ACK payload: marks fragments delivered, feeds the rate
     /// estimators and takes back returned credits.
-    pub(crate) fn rx_ack(&mut self, peer: PeerId, hdr: &FrameHeader, payload: &[u8], now: Time) -> Result<(), ProtocolError> {
+    pub(crate) fn rx_ack(
+        &mut self,
+        peer: PeerId,
+        hdr: &FrameHeader,
+        payload: &[u8],
+        now: Time,
+    ) -> Result<(), ProtocolError> {
         let ack = AckRepr::parse(payload, hdr.aux)?;
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let mut touched = Vec::new();
@@ -415,7 +417,10 @@ impl Core {
     pub(crate) fn rto_deadline(p: &super::Peer, rail: RailId) -> Option<Time> {
         let r = &p.rails[rail];
         let fr = r.written_log.iter().find_map(|f| {
-            p.out.get(&f.seq).and_then(|m| m.frags.get(&f.offset)).filter(|fr| fr.state == FragState::Written && fr.rail == rail)
+            p.out
+                .get(&f.seq)
+                .and_then(|m| m.frags.get(&f.offset))
+                .filter(|fr| fr.state == FragState::Written && fr.rail == rail)
         })?;
         // Recent samples only matter relative to each other here: take the
         // best rate seen in the estimator's window.

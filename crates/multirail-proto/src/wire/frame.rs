@@ -177,16 +177,8 @@ impl FrameHeader {
             return Err(WireError::FrameTooLong { len: self.frag_len, max: limits.max_frame });
         }
         let has_payload_flags = self.flags.contains(Flags::CHECKSUM);
-        match self.op {
-            Op::Eager | Op::Data | Op::Rts => {
-                if self.total_len > limits.max_message {
-                    return Err(WireError::MessageTooLong {
-                        total: self.total_len,
-                        max: limits.max_message,
-                    });
-                }
-            }
-            _ => {}
+        if matches!(self.op, Op::Eager | Op::Data | Op::Rts) && self.total_len > limits.max_message {
+            return Err(WireError::MessageTooLong { total: self.total_len, max: limits.max_message });
         }
         match self.op {
             Op::Eager | Op::Data => {
@@ -383,10 +375,7 @@ mod tests {
         assert_eq!(FrameHeader::parse(&b, &Limits::default()), Err(WireError::UnknownOp(200)));
         let mut b = EAGER_BYTES;
         b[0] = 2;
-        assert!(matches!(
-            FrameHeader::parse(&b, &Limits::default()),
-            Err(WireError::Version { got: 2, .. })
-        ));
+        assert!(matches!(FrameHeader::parse(&b, &Limits::default()), Err(WireError::Version { got: 2, .. })));
     }
 
     #[test]
@@ -406,48 +395,30 @@ mod tests {
         // Fragment past the end of the message.
         let mut h = eager_repr();
         h.offset = 90;
-        assert!(matches!(
-            FrameHeader::parse(&h.to_bytes(), &lim),
-            Err(WireError::FragmentOutside { .. })
-        ));
+        assert!(matches!(FrameHeader::parse(&h.to_bytes(), &lim), Err(WireError::FragmentOutside { .. })));
         // Offset + len overflowing u64.
         h.offset = u64::MAX - 5;
         h.total_len = 100;
-        assert!(matches!(
-            FrameHeader::parse(&h.to_bytes(), &lim),
-            Err(WireError::FragmentOutside { .. })
-        ));
+        assert!(matches!(FrameHeader::parse(&h.to_bytes(), &lim), Err(WireError::FragmentOutside { .. })));
         // Frame larger than the configured maximum.
         let mut h = eager_repr();
         h.frag_len = 2048;
         h.total_len = 4096;
         h.offset = 0;
-        assert_eq!(
-            FrameHeader::parse(&h.to_bytes(), &lim),
-            Err(WireError::FrameTooLong { len: 2048, max: 1024 })
-        );
+        assert_eq!(FrameHeader::parse(&h.to_bytes(), &lim), Err(WireError::FrameTooLong { len: 2048, max: 1024 }));
         // Message larger than the configured maximum.
         let mut h = FrameHeader::new(Op::Rts);
         h.total_len = (1 << 20) + 1;
-        assert!(matches!(
-            FrameHeader::parse(&h.to_bytes(), &lim),
-            Err(WireError::MessageTooLong { .. })
-        ));
+        assert!(matches!(FrameHeader::parse(&h.to_bytes(), &lim), Err(WireError::MessageTooLong { .. })));
         // Control frames carry no payload.
         let mut h = FrameHeader::new(Op::Cts);
         h.frag_len = 1;
-        assert!(matches!(
-            FrameHeader::parse(&h.to_bytes(), &lim),
-            Err(WireError::UnexpectedPayload { .. })
-        ));
+        assert!(matches!(FrameHeader::parse(&h.to_bytes(), &lim), Err(WireError::UnexpectedPayload { .. })));
         // ACK payload must be exactly `aux` ranges.
         let mut h = FrameHeader::new(Op::Ack);
         h.aux = 3;
         h.frag_len = 48;
-        assert!(matches!(
-            FrameHeader::parse(&h.to_bytes(), &lim),
-            Err(WireError::BadField { field: "aux", .. })
-        ));
+        assert!(matches!(FrameHeader::parse(&h.to_bytes(), &lim), Err(WireError::BadField { field: "aux", .. })));
         // A zero-length fragment of a non-empty message is meaningless.
         let mut h = eager_repr();
         h.frag_len = 0;

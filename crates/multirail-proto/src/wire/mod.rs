@@ -76,9 +76,5 @@ pub(crate) fn put_u64(b: &mut [u8], at: usize, v: u64) {
 }
 
 pub(crate) fn check_len(b: &[u8], need: usize) -> Result<(), WireError> {
-    if b.len() < need {
-        Err(WireError::Truncated { need, got: b.len() })
-    } else {
-        Ok(())
-    }
+    if b.len() < need { Err(WireError::Truncated { need, got: b.len() }) } else { Ok(()) }
 }

@@ -11,10 +11,7 @@ impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let layout = match self.topology {
             Topology::Direct => "direct veth pairs".to_owned(),
-            Topology::Switched => format!(
-                "one bridge per rail in netns {}",
-                self.prefix.switch_netns()
-            ),
+            Topology::Switched => format!("one bridge per rail in netns {}", self.prefix.switch_netns()),
         };
         let cc = self.congestion_control().unwrap_or("differs per host");
         writeln!(
@@ -40,17 +37,11 @@ impl fmt::Display for Status {
 
 impl Status {
     fn rail_rows(&self) -> Vec<Vec<String>> {
-        let header = ["RAIL", "SUBNET", "RATE", "BURST", "LATENCY"]
-            .map(String::from)
-            .to_vec();
+        let header = ["RAIL", "SUBNET", "RATE", "BURST", "LATENCY"].map(String::from).to_vec();
         let rows = self.rails.iter().map(|rail| {
             let subnet = rail.subnet.map_or("-".into(), |s| s.to_string());
             let (rate, burst, latency) = match rail.shaping {
-                Some(s) => (
-                    s.rate.to_string(),
-                    format!("{}B", s.burst_bytes),
-                    format_us(s.latency_us),
-                ),
+                Some(s) => (s.rate.to_string(), format!("{}B", s.burst_bytes), format_us(s.latency_us)),
                 None => ("unshaped".into(), "-".into(), "-".into()),
             };
             vec![names::rail_ifname(rail.index), subnet, rate, burst, latency]
@@ -83,31 +74,16 @@ fn describe_host_rail(rail: Option<&HostRailStatus>) -> String {
 }
 
 fn format_us(us: u64) -> String {
-    if us % 1000 == 0 {
-        format!("{}ms", us / 1000)
-    } else {
-        format!("{us}us")
-    }
+    if us % 1000 == 0 { format!("{}ms", us / 1000) } else { format!("{us}us") }
 }
 
 /// Writes rows with columns padded to their widest cell.
 fn write_table(f: &mut fmt::Formatter<'_>, rows: &[Vec<String>]) -> fmt::Result {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|row| row.get(c))
-                .map(String::len)
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
+    let widths: Vec<usize> =
+        (0..columns).map(|c| rows.iter().filter_map(|row| row.get(c)).map(String::len).max().unwrap_or(0)).collect();
     for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
+        let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
         writeln!(f, "{}", cells.join("  ").trim_end())?;
     }
     Ok(())

@@ -23,8 +23,7 @@ use multirail_testbed::{Prefix, Spec, Status, check_environment, down, host_comm
 pub fn unique_prefix() -> Prefix {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    Prefix::new(&format!("mrt{:x}_{n}", std::process::id()))
-        .expect("pid and counter make a valid prefix")
+    Prefix::new(&format!("mrt{:x}_{n}", std::process::id())).expect("pid and counter make a valid prefix")
 }
 
 /// A running testbed that is torn down when dropped.
@@ -59,15 +58,9 @@ pub fn up_or_skip(test: &str, spec: Spec) -> Option<Testbed> {
     if !env_or_skip(test) {
         return None;
     }
-    let spec = Spec {
-        prefix: unique_prefix(),
-        ..spec
-    };
+    let spec = Spec { prefix: unique_prefix(), ..spec };
     match up(&spec) {
-        Ok(status) => Some(Testbed {
-            prefix: spec.prefix,
-            status,
-        }),
+        Ok(status) => Some(Testbed { prefix: spec.prefix, status }),
         Err(e) if e.is_environment() => {
             eprintln!("skipping {test}: {e}");
             None
@@ -79,9 +72,7 @@ pub fn up_or_skip(test: &str, spec: Spec) -> Option<Testbed> {
 /// True if `program` is on `PATH` (or in an sbin directory).
 pub fn have(program: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
-        .any(|dir| dir.join(program).is_file())
+    std::env::split_paths(&path).chain(["/usr/sbin", "/sbin"].map(PathBuf::from)).any(|dir| dir.join(program).is_file())
 }
 
 /// Kills and reaps the child when dropped, so no server outlives its test.
@@ -109,10 +100,7 @@ pub fn wait_with_timeout(child: &mut Child, limit: Duration) -> Option<std::proc
 /// Runs `argv` in `host` and returns its output (any exit status).
 pub fn output_in<S: AsRef<OsStr>>(prefix: &Prefix, host: usize, argv: &[S]) -> Output {
     let mut command = host_command(prefix, host, argv).expect("host exists");
-    command
-        .stdin(Stdio::null())
-        .output()
-        .expect("ip netns exec runs")
+    command.stdin(Stdio::null()).output().expect("ip netns exec runs")
 }
 
 /// Names of all network namespaces.
@@ -128,43 +116,24 @@ pub fn root_links() -> Vec<String> {
 fn json_names(args: &[&str], key: &str) -> Vec<String> {
     let out = Command::new("ip").args(args).output().expect("ip runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    let text = if text.trim().is_empty() {
-        "[]"
-    } else {
-        text.trim()
-    };
+    let text = if text.trim().is_empty() { "[]" } else { text.trim() };
     let value: serde_json::Value = serde_json::from_str(text).expect("ip -j prints JSON");
     let entries = value.as_array().cloned().unwrap_or_default();
-    entries
-        .iter()
-        .filter_map(|e| e[key].as_str().map(str::to_owned))
-        .collect()
+    entries.iter().filter_map(|e| e[key].as_str().map(str::to_owned)).collect()
 }
 
 /// `tc qdisc show` of the root namespace, one line per qdisc.
 pub fn root_qdiscs() -> Vec<String> {
-    let out = Command::new("tc")
-        .args(["qdisc", "show"])
-        .output()
-        .expect("tc runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    let out = Command::new("tc").args(["qdisc", "show"]).output().expect("tc runs");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
 }
 
 /// Asserts that nothing of `prefix` exists: no namespace, no root link.
 pub fn assert_gone(prefix: &Prefix) {
     let dash = format!("{prefix}-");
-    let netns: Vec<_> = netns_names()
-        .into_iter()
-        .filter(|n| n.starts_with(&dash))
-        .collect();
+    let netns: Vec<_> = netns_names().into_iter().filter(|n| n.starts_with(&dash)).collect();
     assert!(netns.is_empty(), "namespaces left behind: {netns:?}");
-    let links: Vec<_> = root_links()
-        .into_iter()
-        .filter(|n| n.starts_with(&dash))
-        .collect();
+    let links: Vec<_> = root_links().into_iter().filter(|n| n.starts_with(&dash)).collect();
     assert!(links.is_empty(), "root links left behind: {links:?}");
 }
 
@@ -213,17 +182,13 @@ pub const PROBE_PORT: &str = "5399";
 
 /// Starts the probe server in `host` and waits until it listens.
 pub fn start_probe_server(prefix: &Prefix, host: usize) -> ChildGuard {
-    let argv = [
-        "timeout", "40", "python3", "-c", PROBE, "server", PROBE_PORT,
-    ];
+    let argv = ["timeout", "40", "python3", "-c", PROBE, "server", PROBE_PORT];
     let mut command = host_command(prefix, host, &argv).expect("host exists");
     command.stdin(Stdio::null()).stdout(Stdio::piped());
     let mut guard = ChildGuard(command.spawn().expect("python3 starts"));
     let stdout = guard.0.stdout.take().expect("stdout is piped");
     let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read server output");
+    BufReader::new(stdout).read_line(&mut line).expect("read server output");
     assert_eq!(line.trim(), "ready", "probe server did not start");
     guard
 }
@@ -239,23 +204,10 @@ pub enum Probe {
 
 /// Connects from `host` to each of `addrs`, bound to `dev` if given.
 pub fn probe(prefix: &Prefix, host: usize, dev: Option<&str>, addrs: &[String]) -> Vec<Probe> {
-    let mut argv = vec![
-        "timeout",
-        "30",
-        "python3",
-        "-c",
-        PROBE,
-        "client",
-        PROBE_PORT,
-        dev.unwrap_or("-"),
-    ];
+    let mut argv = vec!["timeout", "30", "python3", "-c", PROBE, "client", PROBE_PORT, dev.unwrap_or("-")];
     argv.extend(addrs.iter().map(String::as_str));
     let out = output_in(prefix, host, &argv);
-    assert!(
-        out.status.success(),
-        "probe client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "probe client failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .map(|line| {

@@ -65,11 +65,7 @@ impl Registration {
 /// Time to sleep until the earliest of `deadlines` (at most [`MAX_SLEEP`]).
 pub(crate) fn sleep_for(deadlines: impl IntoIterator<Item = Option<Instant>>) -> Duration {
     let now = Instant::now();
-    deadlines
-        .into_iter()
-        .flatten()
-        .map(|d| d.saturating_duration_since(now))
-        .fold(MAX_SLEEP, Duration::min)
+    deadlines.into_iter().flatten().map(|d| d.saturating_duration_since(now)).fold(MAX_SLEEP, Duration::min)
 }
 
 /// The running engine.

@@ -38,12 +38,13 @@ pub fn rails(n: usize) -> String {
 }
 
 pub fn config(nrails: usize, progress: Progress) -> Config {
-    let mut c = Config::default();
-    c.rails = multirail_transport::RailSpec::parse_list(&rails(nrails)).unwrap();
-    c.progress = progress;
-    c.key = Some(b"test-key".to_vec());
-    c.setup_timeout = Duration::from_secs(20);
-    c
+    Config {
+        rails: multirail_transport::RailSpec::parse_list(&rails(nrails)).unwrap(),
+        progress,
+        key: Some(b"test-key".to_vec()),
+        setup_timeout: Duration::from_secs(20),
+        ..Config::default()
+    }
 }
 
 /// Runs `f(endpoint)` on `n` ranks (threads) and returns their results.
