@@ -46,6 +46,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         return rank::run_with_key(&args, &job, Some(key));
     }
     if let Some(addr) = &args.connect {
+        if !args.quiet {
+            eprintln!("# joining the server at {addr}; the server prints the results");
+        }
         let job = JobInfo { rank: 1, size: 2, root: Some(addr.clone()), source: "--connect" };
         return rank::run(&args, &job);
     }

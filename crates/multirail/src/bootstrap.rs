@@ -252,6 +252,19 @@ pub(crate) fn join(me: &Me, root: SocketAddr, mine: Vec<SocketAddr>, deadline: I
     if t.len() != me.size as usize {
         return Err(setup_err(format!("the root sent {} ranks, the job has {}", t.len(), me.size)));
     }
+    // Loopback rails cannot join hosts: say so instead of connecting to
+    // ourselves.
+    let own_host = root.ip().is_loopback();
+    if let Some((r, a)) =
+        t.iter().enumerate().flat_map(|(r, row)| row.iter().map(move |a| (r, a))).find(|(_, a)| a.ip().is_loopback())
+    {
+        if !own_host {
+            return Err(setup_err(format!(
+                "rank {r} offers a loopback rail ({a}), unreachable from another host: \
+                 set --rails / MULTIRAIL_RAILS on every host to the interfaces that connect them (see `multirail info`)"
+            )));
+        }
+    }
     Ok(t)
 }
 
