@@ -16,6 +16,9 @@ use crate::Error;
 /// The two loopback rails used when nothing else is configured.
 pub const DEFAULT_RAILS: &str = "tcp:127.0.0.1,tcp:127.0.0.2";
 
+/// Default busy-poll time of a waiting thread (MULTIRAIL_SPIN_US).
+pub const DEFAULT_SPIN_US: u64 = 200;
+
 /// How rails are driven.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Progress {
@@ -57,6 +60,9 @@ impl std::fmt::Display for Progress {
 pub struct Config {
     pub rails: Vec<RailSpec>,
     pub progress: Progress,
+    /// Polled engine: how long a waiting thread busy-polls the rails before
+    /// sleeping in epoll (trades CPU for latency; ZERO never spins).
+    pub spin: Duration,
     /// Protocol tunables (rank is set from the job).
     pub proto: ProtoConfig,
     pub socket: SocketOptions,
@@ -80,6 +86,7 @@ impl Default for Config {
         Config {
             rails: RailSpec::parse_list(DEFAULT_RAILS).expect("default rails parse"),
             progress: Progress::Polled,
+            spin: Duration::from_micros(DEFAULT_SPIN_US),
             proto: ProtoConfig::default(),
             socket: SocketOptions::default(),
             handshake_timeout: Duration::from_secs(10),
@@ -127,6 +134,10 @@ impl Config {
         }
         if let Some(v) = env("MULTIRAIL_PROGRESS") {
             self.progress = v.parse().map_err(|e| bad("MULTIRAIL_PROGRESS", &v, e))?;
+        }
+        if let Some(v) = env("MULTIRAIL_SPIN_US") {
+            let us: u64 = v.trim().parse().map_err(|_| bad("MULTIRAIL_SPIN_US", &v, "expected microseconds"))?;
+            self.spin = Duration::from_micros(us);
         }
         if let Some(v) = env("MULTIRAIL_POLICY") {
             self.proto.policy = v.parse::<PolicyTable>().map_err(|e| bad("MULTIRAIL_POLICY", &v, e))?;

@@ -216,7 +216,7 @@ impl Endpoint {
         for c in conns {
             install(&shared, &cfg, c)?;
         }
-        let engine = Engine::start(&shared, cfg.progress)?;
+        let engine = Engine::start(&shared, cfg.progress, cfg.spin)?;
         let recovery = match cfg.reconnect {
             Some(_) => Some(crate::recovery::Recovery::start(shared.clone(), me, listeners, table)?),
             None => None,

@@ -75,10 +75,10 @@ pub(crate) enum Engine {
 }
 
 impl Engine {
-    pub fn start(shared: &Arc<Shared>, progress: crate::Progress) -> std::io::Result<Engine> {
+    pub fn start(shared: &Arc<Shared>, progress: crate::Progress, spin: Duration) -> std::io::Result<Engine> {
         Ok(match progress {
             crate::Progress::Threaded => Engine::Threaded(threaded::Threaded::start(shared.clone())?),
-            crate::Progress::Polled => Engine::Polled(polled::Polled::start(shared.clone())?),
+            crate::Progress::Polled => Engine::Polled(polled::Polled::start(shared.clone(), spin)?),
         })
     }
 

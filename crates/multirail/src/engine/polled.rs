@@ -38,11 +38,14 @@ struct Loop {
 
 pub(crate) struct Polled {
     lp: Arc<Loop>,
+    /// How long a waiting thread polls without sleeping (busy-polls)
+    /// before it blocks in epoll.
+    spin: Duration,
     bg: Option<JoinHandle<()>>,
 }
 
 impl Polled {
-    pub fn start(shared: Arc<Shared>) -> std::io::Result<Polled> {
+    pub fn start(shared: Arc<Shared>, spin: Duration) -> std::io::Result<Polled> {
         let poll = Poll::new()?;
         let waker = Arc::new(MioWaker(mio::Waker::new(poll.registry(), WAKE)?));
         for s in &shared.slots {
@@ -64,7 +67,7 @@ impl Polled {
         });
         let (l2, sh) = (lp.clone(), shared.clone());
         let bg = std::thread::Builder::new().name("mr-progress".into()).spawn(move || background(&l2, &sh))?;
-        Ok(Polled { lp, bg: Some(bg) })
+        Ok(Polled { lp, spin, bg: Some(bg) })
     }
 
     pub fn join(&mut self) {
@@ -77,6 +80,7 @@ impl Polled {
     pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut() -> bool, deadline: Option<Instant>) -> bool {
         let lp = &self.lp;
         lp.waiters.fetch_add(1, Ordering::AcqRel);
+        let spin_until = Instant::now() + self.spin;
         let r = loop {
             if done() {
                 break true;
@@ -87,7 +91,11 @@ impl Polled {
             }
             match lp.state.try_lock() {
                 Ok(mut st) => {
-                    let cap = deadline.map_or(Duration::from_millis(10), |d| (d - now).min(Duration::from_millis(10)));
+                    let cap = if now < spin_until {
+                        Duration::ZERO
+                    } else {
+                        deadline.map_or(Duration::from_millis(10), |d| (d - now).min(Duration::from_millis(10)))
+                    };
                     progress(shared, &mut st, cap);
                 }
                 Err(_) => {
