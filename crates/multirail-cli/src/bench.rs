@@ -52,7 +52,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         let job = JobInfo { rank: 1, size: 2, root: Some(addr.clone()), source: "--connect" };
         return rank::run(&args, &job);
     }
-    let (code, _) = launch_local(&args, &[], false)?;
+    let (code, _) = launch_local(&args, &[], &[], false)?;
     Ok(code)
 }
 
@@ -137,7 +137,12 @@ pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
 /// Starts every rank of a local (or testbed) job as a child process with
 /// the same arguments plus `extra`; rank 0's stdout is ours unless
 /// `capture`, in which case its lines are returned.
-fn launch_local(args: &BenchArgs, extra: &[String], capture: bool) -> anyhow::Result<(i32, Vec<String>)> {
+fn launch_local(
+    args: &BenchArgs,
+    extra: &[String],
+    extra_env: &[(String, String)],
+    capture: bool,
+) -> anyhow::Result<(i32, Vec<String>)> {
     let np = ranks_for(args);
     // Check the flags here, once, before starting anything.
     spec_of(args, np)?;
@@ -163,6 +168,7 @@ fn launch_local(args: &BenchArgs, extra: &[String], capture: bool) -> anyhow::Re
         }
         let mut cmd = launch::rank_command(&exe.to_string_lossy(), &argv, pins[rank as usize], netns.as_deref());
         env.apply(&mut cmd);
+        cmd.envs(extra_env.iter().map(|(k, v)| (k, v)));
         cmd.stdout(if capture && rank == 0 { Stdio::piped() } else { launch::stdout_for(rank) });
         match cmd.spawn().with_context(|| format!("starting rank {rank}")) {
             Ok(c) => children.push((rank, c)),
@@ -186,11 +192,7 @@ fn launch_local(args: &BenchArgs, extra: &[String], capture: bool) -> anyhow::Re
 /// `--compare`: every configuration once per round, alternating, then
 /// medians side by side with ratios to the first.
 fn run_compare(args: &BenchArgs) -> anyhow::Result<i32> {
-    let configs: Vec<Vec<(CompareKey, String)>> = args
-        .compare
-        .iter()
-        .map(|c| c.split(';').filter(|x| !x.trim().is_empty()).map(compare::parse_assignment).collect::<Result<_, _>>())
-        .collect::<Result<_, _>>()?;
+    let configs: Vec<Config1> = args.compare.iter().map(|c| parse_config(c)).collect::<anyhow::Result<_>>()?;
     let labels: Vec<String> = args.compare.clone();
     let mut results: Vec<Vec<Vec<SizeResult>>> = vec![Vec::new(); configs.len()];
     let rounds = args.rounds.max(1);
@@ -200,14 +202,14 @@ fn run_compare(args: &BenchArgs) -> anyhow::Result<i32> {
                 eprintln!("# round {}/{rounds}: {}", round + 1, labels[i]);
             }
             let mut extra: Vec<String> = vec!["--json".into(), "--quiet".into()];
-            for (k, v) in cfg {
+            for (k, v) in &cfg.flags {
                 extra.push(format!("--{}", k.name()));
                 extra.push(v.clone());
             }
             let mut sub = args.clone();
             sub.compare.clear();
-            apply_assignments(&mut sub, cfg);
-            let (code, lines) = launch_local(&sub, &extra, true)?;
+            apply_assignments(&mut sub, &cfg.flags);
+            let (code, lines) = launch_local(&sub, &extra, &cfg.env, true)?;
             if code != 0 {
                 bail!("configuration '{}' failed in round {} (exit {code})", labels[i], round + 1);
             }
@@ -233,6 +235,28 @@ fn run_compare(args: &BenchArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// One configuration of `--compare`: flags to set, and environment
+/// variables (`env:MULTIRAIL_SPIN_US=0`) for its ranks.
+struct Config1 {
+    flags: Vec<(CompareKey, String)>,
+    env: Vec<(String, String)>,
+}
+
+fn parse_config(s: &str) -> anyhow::Result<Config1> {
+    let mut c = Config1 { flags: Vec::new(), env: Vec::new() };
+    for item in s.split(';').map(str::trim).filter(|x| !x.is_empty()) {
+        match item.strip_prefix("env:") {
+            Some(kv) => {
+                let (k, v) =
+                    kv.split_once('=').with_context(|| format!("--compare {item}: expected env:NAME=VALUE"))?;
+                c.env.push((k.trim().to_string(), v.trim().to_string()));
+            }
+            None => c.flags.push(compare::parse_assignment(item)?),
+        }
+    }
+    Ok(c)
+}
+
 /// Applies comparison assignments to a copy of the flags (so the launcher
 /// checks and places ranks with them).
 fn apply_assignments(a: &mut BenchArgs, cfg: &[(CompareKey, String)]) {
@@ -244,6 +268,7 @@ fn apply_assignments(a: &mut BenchArgs, cfg: &[(CompareKey, String)]) {
             CompareKey::EagerLimit => a.eager_limit = Some(v.clone()),
             CompareKey::Chunk => a.chunk = Some(v.clone()),
             CompareKey::Window => a.window = v.parse().unwrap_or(a.window),
+            CompareKey::TestbedRails => a.testbed_rails = v.parse().ok(),
         }
     }
 }

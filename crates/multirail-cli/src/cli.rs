@@ -163,7 +163,9 @@ pub struct BenchArgs {
 
     // ----- comparison -----
     /// Compare configurations side by side (medians over rounds, ratio to
-    /// the first): e.g. --compare policy=single policy=adaptive
+    /// the first): e.g. --compare policy=*:single policy=*:adaptive. Keys:
+    /// policy, rails, progress, eager-limit, chunk, window, testbed-rails,
+    /// and env:NAME (an environment variable for the ranks).
     #[arg(long, num_args = 1.., value_name = "KEY=VALUE[;KEY=VALUE]", help_heading = "Comparison")]
     pub compare: Vec<String>,
     /// Rounds per configuration in --compare.

@@ -27,16 +27,19 @@ pub enum CompareKey {
     EagerLimit,
     Chunk,
     Window,
+    /// How many of the testbed's rails to use (`--testbed-rails`).
+    TestbedRails,
 }
 
 impl CompareKey {
-    pub const ALL: [CompareKey; 6] = [
+    pub const ALL: [CompareKey; 7] = [
         CompareKey::Policy,
         CompareKey::Rails,
         CompareKey::Progress,
         CompareKey::EagerLimit,
         CompareKey::Chunk,
         CompareKey::Window,
+        CompareKey::TestbedRails,
     ];
 
     pub fn name(self) -> &'static str {
@@ -47,10 +50,11 @@ impl CompareKey {
             CompareKey::EagerLimit => "eager-limit",
             CompareKey::Chunk => "chunk",
             CompareKey::Window => "window",
+            CompareKey::TestbedRails => "testbed-rails",
         }
     }
 
-    /// `policy, rails, progress, eager-limit, chunk, window`.
+    /// `policy, rails, progress, eager-limit, chunk, window, testbed-rails`.
     pub fn list() -> String {
         CompareKey::ALL.map(CompareKey::name).join(", ")
     }
