@@ -25,7 +25,15 @@ struct PollState {
     regs: Vec<Registration>,
     /// Slots whose read budget ran out.
     more: Vec<bool>,
+    /// When timers (the core's, the rails') next need running; `None` =
+    /// recompute. Cached so a busy-polling thread does not walk every rail's
+    /// timers on every spin.
+    next_timer: Option<Instant>,
 }
+
+/// Timers are re-checked at least this often even when nothing happens
+/// (an application call may have armed one, e.g. a delayed ACK).
+const TIMER_RECHECK: Duration = Duration::from_millis(1);
 
 struct Loop {
     state: Mutex<PollState>,
@@ -59,6 +67,7 @@ impl Polled {
                 events: Events::with_capacity(64),
                 regs: vec![Registration::default(); n],
                 more: vec![false; n],
+                next_timer: None,
             }),
             waker,
             waiters: AtomicUsize::new(0),
@@ -135,17 +144,24 @@ fn background(lp: &Loop, shared: &Shared) {
 fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     let n = shared.slots.len();
     let mut busy = false;
+    let mut worked = false;
     for i in 0..n {
         if st.more[i] || shared.slots[i].wake_pending.load(Ordering::Acquire) {
             service(shared, st, i);
             busy |= st.more[i];
+            worked = true;
         }
     }
-    let timers = shared.run_timers();
-    let deadlines = shared.slots.iter().map(|s| s.lock_conn().as_ref().and_then(|r| r.deadline()));
-    let timeout = if busy { Duration::ZERO } else { sleep_for(deadlines.chain([timers])).min(cap) };
+    let now = Instant::now();
+    if worked || st.next_timer.is_none_or(|t| now >= t) {
+        let timers = shared.run_timers();
+        let rails = shared.slots.iter().map(|s| s.lock_conn().as_ref().and_then(|r| r.deadline()));
+        st.next_timer = Some(now + sleep_for(rails.chain([timers])).min(TIMER_RECHECK));
+    }
+    let timeout =
+        if busy { Duration::ZERO } else { st.next_timer.map_or(cap, |t| t.saturating_duration_since(now)).min(cap) };
     let PollState { poll, events, .. } = st;
-    let t0 = std::time::Instant::now();
+    let t0 = Instant::now();
     if let Err(e) = poll.poll(events, Some(timeout)) {
         if e.kind() != std::io::ErrorKind::Interrupted {
             tracing::error!("epoll failed: {e}");
@@ -158,11 +174,16 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     }
     for i in ready {
         service(shared, st, i);
+        worked = true;
     }
     for i in 0..n {
         if shared.slots[i].wake_pending.load(Ordering::Acquire) {
             service(shared, st, i);
+            worked = true;
         }
+    }
+    if worked {
+        st.next_timer = None;
     }
 }
 
