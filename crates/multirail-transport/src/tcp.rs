@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use multirail_proto::core::PayloadDest;
@@ -22,6 +22,8 @@ const STAGE: usize = 256 << 10;
 const DIRECT_READ: usize = 32 << 10;
 /// Bytes read per `poll_recv` call before yielding to other rails.
 const RECV_BUDGET: usize = 8 << 20;
+/// How often reading a long payload reports activity to the sink.
+const ACTIVITY_EVERY: Duration = Duration::from_millis(1);
 /// Slices per `writev`.
 const MAX_IOV: usize = 64;
 
@@ -30,22 +32,30 @@ const MAX_IOV: usize = 64;
 pub struct SocketOptions {
     /// SO_SNDBUF / SO_RCVBUF in bytes; `None` leaves Linux autotuning on.
     pub buffer: Option<usize>,
+    /// TCP_NOTSENT_LOWAT: most bytes written but not yet sent that the
+    /// kernel holds; beyond it writes wait. Keeps the queue where control
+    /// frames (ACKs, CTS) can overtake data in our own hands, so they are
+    /// not stuck behind megabytes of data in the socket. `None`: no limit.
+    pub notsent_lowat: Option<u32>,
     pub connect_timeout: Duration,
 }
 
 impl Default for SocketOptions {
     fn default() -> Self {
-        SocketOptions { buffer: None, connect_timeout: Duration::from_secs(10) }
+        SocketOptions { buffer: None, notsent_lowat: None, connect_timeout: Duration::from_secs(10) }
     }
 }
 
-/// Applies `TCP_NODELAY` and the buffer sizes.
+/// Applies `TCP_NODELAY`, the buffer sizes and the unsent-bytes limit.
 pub fn tune(stream: &TcpStream, opts: &SocketOptions) -> io::Result<()> {
     stream.set_nodelay(true)?;
+    let s = SockRef::from(stream);
     if let Some(b) = opts.buffer {
-        let s = SockRef::from(stream);
         s.set_send_buffer_size(b)?;
         s.set_recv_buffer_size(b)?;
+    }
+    if let Some(l) = opts.notsent_lowat {
+        s.set_tcp_notsent_lowat(l)?;
     }
     Ok(())
 }
@@ -114,6 +124,9 @@ pub struct TcpRail {
     hi: usize,
     partial: Option<Partial>,
     scratch: Box<[u8]>,
+    /// The last frame was large: read headers alone (see `poll_recv`).
+    headers_only: bool,
+    last_activity: Instant,
 }
 
 impl TcpRail {
@@ -133,17 +146,25 @@ impl TcpRail {
             hi: 0,
             partial: None,
             scratch: vec![0; 64 << 10].into_boxed_slice(),
+            headers_only: false,
+            last_activity: Instant::now(),
         })
     }
 
     /// Reads into the staging buffer; Ok(false) when it would block.
     fn fill_stage(&mut self) -> Result<bool, RailError> {
+        self.fill_stage_upto(usize::MAX)
+    }
+
+    /// Reads into the staging buffer until it holds at most `want` bytes.
+    fn fill_stage_upto(&mut self, want: usize) -> Result<bool, RailError> {
         if self.lo > 0 {
             self.stage.copy_within(self.lo..self.hi, 0);
             self.hi -= self.lo;
             self.lo = 0;
         }
-        match self.stream.read(&mut self.stage[self.hi..]) {
+        let end = want.max(self.hi + 1).min(self.stage.len());
+        match self.stream.read(&mut self.stage[self.hi..end]) {
             Ok(0) => Err(RailError::Closed),
             Ok(n) => {
                 self.hi += n;
@@ -183,7 +204,12 @@ impl TcpRail {
             Ok(0) => Err(RailError::Closed),
             Ok(n) => {
                 p.got += n;
-                sink.on_activity();
+                // Long payloads keep the rail alive; telling the sink once
+                // a millisecond is enough.
+                if self.last_activity.elapsed() >= ACTIVITY_EVERY {
+                    self.last_activity = Instant::now();
+                    sink.on_activity();
+                }
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
@@ -274,11 +300,15 @@ impl Rail for TcpRail {
                 }
             } else if self.hi - self.lo >= FrameHeader::LEN {
                 let header = FrameHeader::parse(&self.stage[self.lo..self.hi], &self.limits)?;
+                // In a stream of large frames, read only the next header into
+                // staging, so payload bytes go straight to their destination
+                // instead of being copied out of the staging buffer.
+                self.headers_only = header.payload_len() >= DIRECT_READ;
                 self.lo += FrameHeader::LEN;
                 res.bytes += FrameHeader::LEN;
                 let dest = sink.on_header(&header)?;
                 self.partial = Some(Partial { header, dest, got: 0 });
-            } else if !self.fill_stage()? {
+            } else if !self.fill_stage_upto(if self.headers_only { FrameHeader::LEN } else { usize::MAX })? {
                 return Ok(res);
             }
             if res.bytes as isize - start > RECV_BUDGET as isize {

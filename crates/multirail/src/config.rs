@@ -154,8 +154,14 @@ impl Config {
         if let Some(v) = env_size("MULTIRAIL_RAIL_WINDOW")? {
             self.proto.rail_window = v;
         }
+        if let Some(v) = env_size("MULTIRAIL_RAIL_WINDOW_MIN")? {
+            self.proto.rail_window_min = v;
+        }
         if let Some(v) = env_size("MULTIRAIL_ACK_BYTES")? {
             self.proto.ack_bytes = v;
+        }
+        if let Some(v) = env_size("MULTIRAIL_NOTSENT_LOWAT")? {
+            self.socket.notsent_lowat = (v > 0).then_some(v.min(u32::MAX as u64) as u32);
         }
         if let Some(v) = env_size("MULTIRAIL_SOCKBUF")? {
             self.socket.buffer = Some(v as usize);

@@ -39,6 +39,10 @@ pub(crate) struct RateEstimator {
     samples: VecDeque<(Time, f64)>,
     pub last_sample: Option<Time>,
     min_rtt: Option<Duration>,
+    /// Smoothed extra delay of acknowledgements beyond what our own queue
+    /// on the rail explains: the reverse path's queueing (traffic the other
+    /// way delays our ACKs).
+    pub ack_delay: Option<Duration>,
 }
 
 /// Samples older than this no longer count towards the estimate, so a
@@ -54,6 +58,8 @@ const MIN_SAMPLE_INTERVAL: Duration = Duration::from_micros(1000);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SendStamp {
     pub sent_time: Time,
+    /// Bytes written on the rail and unacknowledged when this was written.
+    pub queued: u64,
     pub delivered: u64,
     pub delivered_time: Time,
     pub first_sent_time: Time,
@@ -68,18 +74,20 @@ impl RateEstimator {
             samples: VecDeque::new(),
             last_sample: None,
             min_rtt: None,
+            ack_delay: None,
         }
     }
 
     /// Called when a fragment is written; `idle` means nothing else was
     /// in flight on the rail, so the clock restarts.
-    pub fn on_send(&mut self, now: Time, idle: bool) -> SendStamp {
+    pub fn on_send(&mut self, now: Time, idle: bool, queued: u64) -> SendStamp {
         if idle {
             self.delivered_time = now;
             self.first_sent_time = now;
         }
         SendStamp {
             sent_time: now,
+            queued,
             delivered: self.delivered,
             delivered_time: self.delivered_time,
             first_sent_time: self.first_sent_time,
@@ -93,6 +101,12 @@ impl RateEstimator {
         self.first_sent_time = self.first_sent_time.max(stamp.sent_time);
         let rtt = now.since(stamp.sent_time);
         self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+        let rate = self.rate(now);
+        if rate > 0.0 {
+            let own = Duration::from_secs_f64(stamp.queued as f64 / rate);
+            let extra = rtt.saturating_sub(own);
+            self.ack_delay = Some(self.ack_delay.map_or(extra, |d| (d * 7 + extra) / 8));
+        }
         let send_elapsed = stamp.sent_time.since(stamp.first_sent_time);
         let ack_elapsed = now.since(stamp.delivered_time);
         let interval = send_elapsed.max(ack_elapsed);
@@ -231,7 +245,10 @@ impl RailState {
     /// commitments short, so a wrong throughput estimate costs little; it
     /// grows with the rail's speed so fast rails stay busy.
     pub fn window(&self, min: u64, max: u64, time: Duration, now: Time) -> u64 {
-        let by_rate = (self.est.rate(now) * time.as_secs_f64()) as u64;
+        // Cover how late acknowledgements come back too: with traffic the
+        // other way they queue behind it.
+        let t = time + self.est.ack_delay.unwrap_or_default();
+        let by_rate = (self.est.rate(now) * t.as_secs_f64()) as u64;
         by_rate.clamp(min.min(max), max)
     }
 
@@ -279,7 +296,7 @@ mod tests {
         let mut now = Time::ZERO;
         for i in 0..100u64 {
             let idle = i == 0;
-            stamps.push_back(e.on_send(now, idle));
+            stamps.push_back(e.on_send(now, idle, 0));
             if i >= 4 {
                 let s = stamps.pop_front().unwrap();
                 e.on_ack(65536, &s, now);
@@ -295,11 +312,11 @@ mod tests {
     #[test]
     fn old_samples_expire() {
         let mut e = RateEstimator::new();
-        let s = e.on_send(Time::ZERO, true);
+        let s = e.on_send(Time::ZERO, true, 0);
         e.on_ack(1 << 20, &s, Time::ZERO + Duration::from_millis(1));
         assert!(e.rate(Time::ZERO + Duration::from_millis(2)) > 1e8);
         let later = Time::ZERO + Duration::from_secs(1);
-        let s = e.on_send(later, true);
+        let s = e.on_send(later, true, 0);
         e.on_ack(1 << 10, &s, later + Duration::from_millis(1));
         assert!(e.rate(later + Duration::from_millis(2)) < 2e6);
     }

@@ -238,7 +238,7 @@ impl Core {
                 continue;
             }
             f.state = FragState::Written;
-            f.stamp = r.est.on_send(now, r.written_unacked == 0);
+            f.stamp = r.est.on_send(now, r.written_unacked == 0, r.written_unacked);
             r.written_log.push_back(FragRef { seq, offset });
             r.written_unacked += f.len as u64;
             if !f.ever_written {
