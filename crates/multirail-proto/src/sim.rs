@@ -17,6 +17,21 @@ use crate::core::{Config, Core, Event, PeerId, RailCaps, RailId, RecvError, ReqI
 use crate::time::Time;
 use crate::wire::FrameHeader;
 
+/// Deterministic test bytes: `len` bytes from a generator seeded with
+/// `seed` (xorshift), so a receiver can check a payload without a copy of
+/// it. Shared by the scenario and end-to-end tests.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Bandwidth and latency of one simulated rail (both directions).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LinkSpec {

@@ -16,7 +16,7 @@ use multirail_proto::core::{
     Config, Core, Event, MESSAGE_OVERHEAD, PayloadDest, PeerId, ProtocolError, RTS_CREDITS, RailCaps, RailId,
     RecvError, ReqId, SEQ_WINDOW, SendError, Status, Transmit,
 };
-use multirail_proto::sim::{Done, LinkSpec, Sim};
+use multirail_proto::sim::{Done, LinkSpec, Sim, pattern};
 use multirail_proto::time::Time;
 use multirail_proto::wire::frame::{Limits, payload_checksum};
 use multirail_proto::wire::{AckRange, AckRepr, Flags, FrameHeader, Op, WireError};
@@ -27,18 +27,6 @@ const LIMIT: u64 = 64 << 10;
 const GOOD_TAG: u64 = 0x600d;
 /// Rails per peer in the default harness.
 const RAILS: usize = 3;
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn cfg() -> Config {
     Config {

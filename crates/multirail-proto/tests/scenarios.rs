@@ -8,18 +8,9 @@ use multirail_proto::core::{Config, Event, MESSAGE_OVERHEAD, RailCaps, RecvError
 use multirail_proto::sched::{PolicyKind, PolicyTable};
 use multirail_proto::sim::{Done, LinkSpec, Sim};
 
-/// Deterministic bytes: a simple generator seeded per message.
+/// Deterministic bytes for message `seed`.
 fn pattern(seed: u64, len: usize) -> Bytes {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
+    multirail_proto::sim::pattern(seed, len).into()
 }
 
 struct Rng(u64);

@@ -405,16 +405,12 @@ impl Core {
             return;
         }
         let credit = if !m.eager {
-            let cts = cts_frame(seq, m.tag, m.total, false);
-            let rail = if p.rails[m.rts_rail].up { m.rts_rail } else { p.rails.iter().position(|r| r.up).unwrap_or(0) };
-            p.rails[rail].push_ctrl(cts);
-            self.wakeups.insert((peer, rail));
             m.req = Some(req);
             m.cts_sent = true;
             m.buf = InBuf::User(RecvBuffer::new(buf));
-            p.rts_used -= 1;
-            p.rts_return += 1;
-            std::mem::take(&mut m.credit)
+            let credit = std::mem::take(&mut m.credit);
+            self.answer_rts(peer, seq, false);
+            credit
         } else if matches!(m.buf, InBuf::None) {
             // Matched before any byte arrived: receive in place.
             m.buf = InBuf::User(RecvBuffer::new(buf));
@@ -441,16 +437,27 @@ impl Core {
             m.buf = InBuf::Discard;
         } else {
             // Tell the sender not to send the data.
-            p.rts_used -= 1;
-            p.rts_return += 1;
-            let rail = if p.rails[m.rts_rail].up { m.rts_rail } else { p.rails.iter().position(|r| r.up).unwrap_or(0) };
-            p.rails[rail].push_ctrl(cts_frame(seq, m.tag, m.total, true));
-            self.wakeups.insert((peer, rail));
+            self.answer_rts(peer, seq, true);
+            let p = self.peers.get_mut(&peer).expect("caller checked");
             p.inc.remove(&seq);
             p.done.insert(seq, seq + 1);
         }
         self.return_credit(peer, credit, now);
         self.try_finish(peer, seq, now);
+    }
+
+    /// Answers the RTS of message `seq` with a CTS (DISCARD when the
+    /// receive is too small), on the rail the RTS came by or else the first
+    /// rail up, and gives the sender its RTS credit back.
+    fn answer_rts(&mut self, peer: PeerId, seq: u64, discard: bool) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let m = &p.inc[&seq];
+        let rail = if p.rails[m.rts_rail].up { m.rts_rail } else { p.rails.iter().position(|r| r.up).unwrap_or(0) };
+        let cts = cts_frame(seq, m.tag, m.total, discard);
+        p.rails[rail].push_ctrl(cts);
+        p.rts_used -= 1;
+        p.rts_return += 1;
+        self.wakeups.insert((peer, rail));
     }
 
     /// Records a fully received fragment and acknowledges it.
