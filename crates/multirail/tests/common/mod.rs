@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use multirail::{Builder, Config, Endpoint, Progress};
 
+#[allow(unused_imports)]
 pub use multirail_proto::sim::pattern;
 
 pub struct Rng(pub u64);
