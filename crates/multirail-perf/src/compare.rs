@@ -81,7 +81,10 @@ impl FromStr for CompareKey {
 pub enum CompareError {
     #[error("'{0}' is not KEY=VALUE (for example policy=adaptive)")]
     NotAssignment(String),
-    #[error("unknown setting '{0}': a comparison may vary {keys}", keys = CompareKey::list())]
+    #[error(
+        "unknown setting '{0}': a comparison may vary {keys}, or an environment variable of the ranks (env:NAME=VALUE)",
+        keys = CompareKey::list()
+    )]
     UnknownKey(String),
     #[error("'{0}' gives no value after '='")]
     EmptyValue(String),
@@ -318,7 +321,8 @@ mod tests {
         let e = parse_assignment("colour=red").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown setting 'colour': a comparison may vary policy, rails, progress, eager-limit, chunk, window"
+            "unknown setting 'colour': a comparison may vary policy, rails, progress, eager-limit, chunk, window, \
+             testbed-rails, or an environment variable of the ranks (env:NAME=VALUE)"
         );
     }
 
