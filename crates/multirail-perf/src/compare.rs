@@ -162,15 +162,31 @@ fn row(size: u64, results: &[Vec<Vec<SizeResult>>]) -> CompareRow {
     CompareRow { size, rounds: values.iter().map(Vec::len).collect(), medians, ratios }
 }
 
+/// Labels longer than this are replaced in the table header by `[k]` and
+/// listed in a legend above it, so wide comparisons stay readable.
+const LONG_LABEL: usize = 24;
+
 /// The side-by-side table: `# Size  <label1>  <label2>  ratio2/1 ...`.
+/// With long labels: a legend `# [k] <label> (N rounds)` and columns `[k]`.
 pub fn table(cmp: &Comparison) -> String {
-    let widths: Vec<usize> = cmp.labels.iter().map(|l| (l.len() + 2).max(FIELD_WIDTH)).collect();
+    let legend = cmp.labels.iter().any(|l| l.len() > LONG_LABEL);
+    let heads: Vec<String> =
+        if legend { (1..=cmp.labels.len()).map(|k| format!("[{k}]")).collect() } else { cmp.labels.clone() };
+    let widths: Vec<usize> = heads.iter().map(|l| (l.len() + 2).max(FIELD_WIDTH)).collect();
     let ratio_names: Vec<String> = (2..=cmp.labels.len()).map(|k| format!("ratio{k}/1")).collect();
     let mut out = format!("# multirail OSU-style {} v{}: comparison\n", cmp.test.title(), crate::VERSION);
-    let rounds = cmp.labels.iter().enumerate().map(|(k, l)| format!("{l}: {}", max_rounds(cmp, k))).collect::<Vec<_>>();
-    let _ = writeln!(out, "# median {} over rounds ({})", cmp.unit, rounds.join(", "));
+    if legend {
+        let _ = writeln!(out, "# median {} over rounds of each configuration:", cmp.unit);
+        for (k, l) in cmp.labels.iter().enumerate() {
+            let _ = writeln!(out, "# [{}] {l} ({} rounds)", k + 1, max_rounds(cmp, k));
+        }
+    } else {
+        let rounds =
+            cmp.labels.iter().enumerate().map(|(k, l)| format!("{l}: {}", max_rounds(cmp, k))).collect::<Vec<_>>();
+        let _ = writeln!(out, "# median {} over rounds ({})", cmp.unit, rounds.join(", "));
+    }
     out.push_str(&format!("{:<10}", "# Size"));
-    for (l, w) in cmp.labels.iter().zip(&widths) {
+    for (l, w) in heads.iter().zip(&widths) {
         let _ = write!(out, "{l:>w$}");
     }
     for r in &ratio_names {
@@ -294,6 +310,21 @@ mod tests {
             + "1                       3.00              5.00       1.667\n"
             + "2                      20.00             45.00       2.250\n";
         assert_eq!(table(&sample()), expected);
+    }
+
+    #[test]
+    fn long_labels_get_a_legend() {
+        let mut c = sample();
+        c.labels = vec!["rails=tcp:127.0.0.1;progress=polled".into(), "rails=tcp:127.0.0.1;progress=threaded".into()];
+        let v = crate::VERSION;
+        let expected = format!("# multirail OSU-style Bandwidth Test v{v}: comparison\n")
+            + "# median MB/s over rounds of each configuration:\n"
+            + "# [1] rails=tcp:127.0.0.1;progress=polled (3 rounds)\n"
+            + "# [2] rails=tcp:127.0.0.1;progress=threaded (4 rounds)\n"
+            + "# Size                   [1]               [2]    ratio2/1\n"
+            + "1                       3.00              5.00       1.667\n"
+            + "2                      20.00             45.00       2.250\n";
+        assert_eq!(table(&c), expected);
     }
 
     #[test]
