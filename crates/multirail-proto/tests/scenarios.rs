@@ -265,7 +265,9 @@ fn an_unposted_tag_does_not_deadlock_behind_a_flood() {
 
 #[test]
 fn truncation_is_an_error_on_that_receive_only() {
-    let mut sim = Sim::new(2, &rails4()[..2], cfg("16K:single,*:adaptive"));
+    let mut c = cfg("16K:single,*:adaptive");
+    c.eager_limit = 64 << 10; // 150 000 B messages go by rendezvous
+    let mut sim = Sim::new(2, &rails4()[..2], c);
     let r1 = sim.irecv(1, Some(0), None, 10); // eager too big
     let r2 = sim.irecv(1, Some(0), None, 1000); // rendezvous too big
     let r3 = sim.irecv(1, Some(0), None, 200_000);

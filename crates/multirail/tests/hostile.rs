@@ -782,7 +782,7 @@ fn rail_duplicate_fragment_with_different_bytes() {
 #[test]
 fn peer_that_does_not_receive() {
     let _serial = serial();
-    const MSG: usize = 64 << 10; // = the eager limit: eager while credit lasts
+    const MSG: usize = 64 << 10; // below the eager limit: eager while credit lasts
     const N: usize = 1024; // 64 MiB
     let limit = Config::default().proto.unexpected_limit;
     let go = AtomicBool::new(false);

@@ -109,7 +109,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             rank: 0,
-            eager_limit: 64 << 10,
+            eager_limit: 256 << 10,
             unexpected_limit: 8 << 20,
             chunk: 256 << 10,
             limits: Limits::default(),
