@@ -111,7 +111,7 @@ impl Default for Config {
             rank: 0,
             eager_limit: 256 << 10,
             unexpected_limit: 8 << 20,
-            chunk: 64 << 10,
+            chunk: 256 << 10,
             limits: Limits::default(),
             policy: PolicyTable::default(),
             checksum: false,
