@@ -198,8 +198,8 @@ impl Shared {
         s.wake_pending.store(false, Ordering::Release);
         let mut conn = s.lock_conn();
         if s.close_requested.swap(false, Ordering::AcqRel) {
-            if let Some(mut r) = conn.take() {
-                r.shutdown();
+            if let Some(rail) = conn.take() {
+                self.retire(s, rail);
             }
         }
         let Some(rail) = conn.as_mut() else { return Serviced::default() };
@@ -257,6 +257,20 @@ impl Shared {
                 return Ok(());
             }
         }
+    }
+
+    /// Closes a connection the core already gave up on. A payload being
+    /// read into a leased piece of a receive buffer goes back to the core
+    /// first: a lease that never returns would keep that range of the
+    /// message "being read" forever, and every re-sent copy of it would be
+    /// dropped (the job would wedge).
+    fn retire(&self, s: &Slot, mut rail: Box<dyn Rail>) {
+        if let Some((h, d)) = rail.take_partial() {
+            self.with_core(|c, now| {
+                let _ = c.on_payload(s.peer, s.rail, &h, d, false, now);
+            });
+        }
+        rail.shutdown();
     }
 
     /// Takes a failed rail out: the core hears of it, the socket closes.
