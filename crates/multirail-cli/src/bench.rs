@@ -165,6 +165,7 @@ fn launch_local(
             let n = args.testbed_rails.unwrap_or(rails.len()).clamp(1, rails.len());
             env.extra.push(("MULTIRAIL_RAILS".into(), rails[..n].join(",")));
             env.extra.push((fail::TESTBED_HOST.into(), rank.to_string()));
+            env.extra.push((fail::TESTBED_PREFIX.into(), args.testbed_prefix.clone()));
         }
         let mut cmd = launch::rank_command(&exe.to_string_lossy(), &argv, pins[rank as usize], netns.as_deref());
         env.apply(&mut cmd);

@@ -157,8 +157,12 @@ pub struct BenchArgs {
     /// The receiver checks every byte of every message; a mismatch exits non-zero.
     #[arg(long, help_heading = "Benchmark")]
     pub validate: bool,
-    /// Take a rail down during the run: RAIL@TIME[:for=DURATION], e.g. 1@2s:for=500ms.
-    #[arg(long, value_name = "RAIL@TIME[:for=D]", help_heading = "Benchmark")]
+    /// Take a rail down during the run: RAIL@TIME[:for=DURATION|forever][:side=host0|host1],
+    /// e.g. 1@2s:for=500ms. With --testbed the interface goes down in the
+    /// given host (`ip link set`, silent); elsewhere its connections are
+    /// killed. Reports the longest stall, the throughput during the outage
+    /// and when the rail carried data again.
+    #[arg(long, value_name = "RAIL@TIME[:for=D][:side=H]", help_heading = "Benchmark")]
     pub fail_rail: Option<String>,
 
     // ----- comparison -----

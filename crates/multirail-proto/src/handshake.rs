@@ -37,6 +37,9 @@ pub struct LocalHello {
     pub credits: u64,
     /// Fresh random bytes; the caller supplies them (no OS randomness here).
     pub nonce: [u8; 32],
+    /// Connection generation (connector: the one it proposes; acceptor:
+    /// ignored, the reply echoes the connector's).
+    pub generation: u32,
 }
 
 impl LocalHello {
@@ -56,6 +59,7 @@ impl LocalHello {
             nonce: self.nonce,
             proof: [0; 32],
             credits: self.credits,
+            generation: self.generation,
         }
     }
 }
@@ -71,6 +75,7 @@ pub struct PeerHello {
     pub latency_ns: u32,
     pub max_frame: u32,
     pub credits: u64,
+    pub generation: u32,
 }
 
 impl From<&HelloRepr> for PeerHello {
@@ -84,6 +89,7 @@ impl From<&HelloRepr> for PeerHello {
             latency_ns: h.latency_ns,
             max_frame: h.max_frame,
             credits: h.credits,
+            generation: h.generation,
         }
     }
 }
@@ -103,6 +109,9 @@ pub enum HandshakeError {
     UnexpectedKind { expected: HelloKind, got: HelloKind },
     #[error("peer identity refused: {0}")]
     Identity(String),
+    /// The acceptor holds a newer connection for this rail.
+    #[error("a newer connection for this rail exists")]
+    Superseded,
 }
 
 impl HandshakeError {
@@ -114,6 +123,7 @@ impl HandshakeError {
             HandshakeError::WrongJob { .. } => RejectReason::Job,
             HandshakeError::BadKey => RejectReason::Key,
             HandshakeError::Identity(_) => RejectReason::Identity,
+            HandshakeError::Superseded => RejectReason::Superseded,
             HandshakeError::Rejected(_) => return None,
         })
     }
@@ -211,6 +221,7 @@ impl AcceptorWaiting {
         }
         let mut mine = self.local.repr();
         mine.rail_index = theirs.rail_index;
+        mine.generation = theirs.generation;
         mine.proof = proof(&self.key, ACCEPTOR_LABEL, &theirs, &mine).finalize().into_bytes().into();
         let peer = PeerHello::from(&theirs);
         Ok((AcceptorReplied { key: self.key, theirs, mine }, mine.to_bytes(), peer))
@@ -244,6 +255,7 @@ mod tests {
             max_frame: 1 << 20,
             credits: 1 << 20,
             nonce: [nonce; 32],
+            generation: 3,
         }
     }
 
@@ -273,7 +285,7 @@ mod tests {
         let (c, a) = run(b"k", b"k", 7, 7);
         assert_eq!(c.expect("connector ok").rank, 0);
         let a = a.expect("acceptor ok");
-        assert_eq!((a.rank, a.rail_index), (1, 1));
+        assert_eq!((a.rank, a.rail_index, a.generation), (1, 1, 3));
     }
 
     #[test]
@@ -318,7 +330,7 @@ mod tests {
         assert_eq!(e.reject_reason(), Some(RejectReason::Malformed));
         let (_, hello) = ConnectorSent::start(&local(1, 7, 1), b"k");
         let mut h = hello;
-        h[8] = 2;
+        h[8] = 9;
         let e = AcceptorWaiting::new(&local(0, 7, 2), b"k").on_hello(&h).err().unwrap();
         assert_eq!(e.reject_reason(), Some(RejectReason::Version));
     }

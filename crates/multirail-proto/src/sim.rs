@@ -5,7 +5,24 @@
 //! Each rail direction is a serial link: a frame occupies it for
 //! `(header + payload) / bandwidth`, then arrives `latency` later, in
 //! order. Like a socket, each link accepts frames while its backlog is
-//! below `sockbuf` bytes. Rails can be killed and revived at any time.
+//! below `sockbuf` bytes.
+//!
+//! The simulator is also the endpoints' driver: it opens the connections
+//! their cores ask for ([`Core::poll_connect`]) after a round trip, or
+//! fails the attempt (timeout, refusal) when the link or the peer cannot
+//! answer. Failures it can stage, as they happen on real links:
+//!
+//! * [`Sim::kill`]: the connection resets (both ends are told); the link
+//!   itself works, so the cores reconnect;
+//! * [`Sim::cut`]: the connection resets and the link stays dead;
+//! * [`Sim::link_down`] / [`Sim::link_up`]: a silent outage (a cable, a
+//!   switch port, `ip link set down`). Nobody is told; frames are held, as
+//!   TCP holds and retransmits them, and arrive after the link comes back
+//!   (after TCP's backoff, half the outage); connection attempts time out;
+//! * [`Sim::blackhole`]: a silent outage whose frames are lost for good;
+//! * [`Sim::crash`]: a process dies: its connections reset and new ones are
+//!   refused;
+//! * [`Sim::pause`]: a process stops (SIGSTOP) and later continues.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -13,7 +30,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::core::{Config, Core, Event, PeerId, RailCaps, RailId, RecvError, ReqId, SendError, Status};
+use crate::core::{Config, ConnectFailure, Core, Event, PeerId, RailCaps, RailId, RecvError, ReqId, SendError, Status};
 use crate::time::Time;
 use crate::wire::FrameHeader;
 
@@ -46,16 +63,29 @@ impl LinkSpec {
     }
 }
 
+/// How long a simulated connection attempt waits for an answer.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The physical state of a link (both directions of one rail of a pair).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phys {
+    Up,
+    /// Silently down since this time: frames are held.
+    Silent(Time),
+    /// Silently down, frames lost.
+    Black,
+}
+
 #[derive(Debug)]
 struct Link {
     spec: LinkSpec,
     free_at: Time,
-    up: bool,
-    /// Frames are silently lost (a dead cable nobody noticed yet).
-    black: bool,
+    /// A connection exists (both ends believe the rail is up).
+    connected: bool,
     /// Drop every n-th data frame (0 = none).
     drop_every: u64,
     sent: u64,
+    /// Connection number: frames of an older connection are dropped.
     epoch: u64,
 }
 
@@ -88,6 +118,16 @@ impl Ord for Arrival {
     }
 }
 
+/// A connection attempt in progress.
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    at: Time,
+    from: PeerId,
+    to: PeerId,
+    rail: RailId,
+    outcome: Option<ConnectFailure>,
+}
+
 /// A completed request as seen by a test.
 #[derive(Debug)]
 pub enum Done {
@@ -100,24 +140,58 @@ pub struct Sim {
     pub now: Time,
     pub nodes: Vec<Core>,
     links: BTreeMap<(PeerId, PeerId, RailId), Link>,
+    phys: BTreeMap<(PeerId, PeerId, RailId), Phys>,
     arrivals: BinaryHeap<Reverse<Arrival>>,
+    /// Frames that reached a silently-down link, by link, in order.
+    held: BTreeMap<(PeerId, PeerId, RailId), Vec<Arrival>>,
+    attempts: Vec<Attempt>,
+    crashed: Vec<bool>,
+    paused_until: Vec<Time>,
     order: u64,
     /// Bytes a link accepts ahead of the wire (the socket buffer).
     pub sockbuf: u64,
     stuck: u32,
     /// Completed requests by (node, request).
     pub done: BTreeMap<(PeerId, ReqId), Done>,
-    /// Other events by node (rail and peer failures).
+    /// Other events by node (rail and peer news).
     pub log: Vec<(PeerId, Event)>,
     /// Protocol errors that closed a rail: (node, from, rail, error).
     pub errors: Vec<(PeerId, PeerId, RailId, String)>,
+    /// Connections established: (from, to, rail, time).
+    pub connects: Vec<(PeerId, PeerId, RailId, Time)>,
+    /// Frames put on any link so far (every op).
+    pub frames: u64,
+    steps: u64,
+    /// The clock does not advance past this (set by `run_for`/`run_until`).
+    horizon: Time,
+}
+
+fn key(a: PeerId, b: PeerId, r: RailId) -> (PeerId, PeerId, RailId) {
+    (a.min(b), a.max(b), r)
 }
 
 impl Sim {
-    /// `n` endpoints, every pair joined by one rail per entry of `rails`.
+    /// `n` endpoints, every pair joined by one connected rail per entry of
+    /// `rails` (as after an eager start).
     pub fn new(n: u32, rails: &[LinkSpec], cfg: Config) -> Sim {
+        let mut sim = Sim::unconnected(n, rails, cfg);
+        for a in 0..n {
+            for b in a + 1..n {
+                for r in 0..rails.len() {
+                    sim.establish(a, b, r);
+                }
+            }
+        }
+        sim.connects.clear();
+        sim
+    }
+
+    /// `n` endpoints with no connection yet: rails are opened when the
+    /// cores ask for them.
+    pub fn unconnected(n: u32, rails: &[LinkSpec], cfg: Config) -> Sim {
         let mut nodes: Vec<Core> = (0..n).map(|rank| Core::new(Config { rank, ..cfg.clone() })).collect();
         let mut links = BTreeMap::new();
+        let mut phys = BTreeMap::new();
         for a in 0..n {
             for b in 0..n {
                 if a == b {
@@ -127,47 +201,55 @@ impl Sim {
                 for (r, spec) in rails.iter().enumerate() {
                     links.insert(
                         (a, b, r),
-                        Link {
-                            spec: *spec,
-                            free_at: Time::ZERO,
-                            up: true,
-                            black: false,
-                            drop_every: 0,
-                            sent: 0,
-                            epoch: 0,
-                        },
+                        Link { spec: *spec, free_at: Time::ZERO, connected: false, drop_every: 0, sent: 0, epoch: 0 },
                     );
+                    phys.insert(key(a, b, r), Phys::Up);
                 }
             }
         }
-        let mut sim = Sim {
+        Sim {
             now: Time::ZERO,
             nodes,
             links,
+            phys,
             arrivals: BinaryHeap::new(),
+            held: BTreeMap::new(),
+            attempts: Vec::new(),
+            crashed: vec![false; n as usize],
+            paused_until: vec![Time::ZERO; n as usize],
             order: 0,
             sockbuf: 256 << 10,
             stuck: 0,
             done: BTreeMap::new(),
             log: Vec::new(),
             errors: Vec::new(),
-        };
-        for a in 0..n {
-            for b in 0..n {
-                for r in 0..rails.len() {
-                    if a != b {
-                        sim.up(a, b, r);
-                    }
-                }
-            }
+            connects: Vec::new(),
+            frames: 0,
+            steps: 0,
+            horizon: Time(u64::MAX),
         }
-        sim
     }
 
-    fn up(&mut self, a: PeerId, b: PeerId, r: RailId) {
-        let credits = self.nodes[b as usize].config().unexpected_limit;
-        let now = self.now;
-        self.nodes[a as usize].rail_up(b, r, RailCaps::default(), credits, now);
+    /// A new connection for rail `r` between `a` and `b`: both ends are
+    /// told (replacing any connection they had); frames of the old one
+    /// still on the way are lost.
+    fn establish(&mut self, a: PeerId, b: PeerId, r: RailId) {
+        for (x, y) in [(a, b), (b, a)] {
+            if let Some(l) = self.links.get_mut(&(x, y, r)) {
+                l.connected = true;
+                l.epoch += 1;
+                l.free_at = self.now;
+            }
+        }
+        self.held.remove(&(a, b, r));
+        self.held.remove(&(b, a, r));
+        for (x, y) in [(a, b), (b, a)] {
+            let credits = self.nodes[y as usize].config().unexpected_limit;
+            let now = self.now;
+            self.nodes[x as usize].rail_up(y, r, RailCaps::default(), credits, now);
+        }
+        self.connects.push((a, b, r, self.now));
+        self.collect();
     }
 
     /// Tells node `a` that rail `r` to `b` advertises `caps` (re-runs rail_up).
@@ -199,27 +281,69 @@ impl Sim {
         self.done.remove(&(node, req))
     }
 
-    /// Kills rail `r` between `a` and `b` (both directions); frames on the
-    /// wire are lost; both ends are told with `reason`.
+    /// The connection of rail `r` between `a` and `b` resets (both ends
+    /// are told with `reason`); frames on the wire are lost. The link
+    /// works: the endpoints reconnect when they want to.
     pub fn kill(&mut self, a: PeerId, b: PeerId, r: RailId, reason: &str) {
         for (x, y) in [(a, b), (b, a)] {
             if let Some(l) = self.links.get_mut(&(x, y, r)) {
-                l.up = false;
+                l.connected = false;
                 l.epoch += 1;
             }
             let now = self.now;
-            self.nodes[x as usize].rail_down(y, r, reason, now);
+            if !self.crashed[x as usize] {
+                self.nodes[x as usize].rail_down(y, r, reason, now);
+            }
         }
+        self.held.remove(&(a, b, r));
+        self.held.remove(&(b, a, r));
         self.collect();
     }
 
-    /// Makes rail `r` between `a` and `b` lose every frame from now on
-    /// without telling either end: only heartbeats can notice.
+    /// The connection of rail `r` between `a` and `b` resets and the link
+    /// stays dead (a pulled cable the NIC reports): both ends are told,
+    /// and reconnection attempts time out until [`Sim::link_up`].
+    pub fn cut(&mut self, a: PeerId, b: PeerId, r: RailId, reason: &str) {
+        self.phys.insert(key(a, b, r), Phys::Black);
+        self.kill(a, b, r, reason);
+    }
+
+    /// Rail `r` between `a` and `b` stops carrying anything, silently:
+    /// frames are held (TCP retransmits them once the link is back) and
+    /// connection attempts time out.
+    pub fn link_down(&mut self, a: PeerId, b: PeerId, r: RailId) {
+        let now = self.now;
+        self.phys.insert(key(a, b, r), Phys::Silent(now));
+    }
+
+    /// Like [`Sim::link_down`], but what was on the link and what is sent
+    /// to it is lost for good.
     pub fn blackhole(&mut self, a: PeerId, b: PeerId, r: RailId) {
-        for k in [(a, b, r), (b, a, r)] {
-            if let Some(l) = self.links.get_mut(&k) {
-                l.black = true;
+        self.phys.insert(key(a, b, r), Phys::Black);
+        for (x, y) in [(a, b), (b, a)] {
+            if let Some(l) = self.links.get_mut(&(x, y, r)) {
                 l.epoch += 1;
+            }
+        }
+        self.held.remove(&(a, b, r));
+        self.held.remove(&(b, a, r));
+    }
+
+    /// The silent outage of rail `r` between `a` and `b` ends. Held frames
+    /// of the surviving connection arrive after TCP's backoff (half the
+    /// outage, at most 10 s), in order.
+    pub fn link_up(&mut self, a: PeerId, b: PeerId, r: RailId) {
+        let prev = self.phys.insert(key(a, b, r), Phys::Up);
+        let backoff = match prev {
+            Some(Phys::Silent(since)) => (self.now.since(since) / 2).min(Duration::from_secs(10)),
+            _ => Duration::ZERO,
+        };
+        for k in [(a, b, r), (b, a, r)] {
+            let Some(frames) = self.held.remove(&k) else { continue };
+            let lat = self.links[&k].spec.latency;
+            for (i, mut f) in frames.into_iter().enumerate() {
+                f.at = self.now + backoff + lat + Duration::from_nanos(i as u64);
+                self.arrivals.push(Reverse(f));
             }
         }
     }
@@ -232,17 +356,34 @@ impl Sim {
         }
     }
 
-    /// Brings rail `r` between `a` and `b` back (a fresh connection).
+    /// Brings rail `r` between `a` and `b` back at once, with a fresh
+    /// connection.
     pub fn revive(&mut self, a: PeerId, b: PeerId, r: RailId) {
-        for (x, y) in [(a, b), (b, a)] {
-            if let Some(l) = self.links.get_mut(&(x, y, r)) {
-                l.up = true;
-                l.black = false;
-                l.free_at = self.now;
+        self.phys.insert(key(a, b, r), Phys::Up);
+        self.establish(a, b, r);
+    }
+
+    /// Process `node` dies: its peers' connections to it reset, and new
+    /// connections to it are refused. It takes no further part.
+    pub fn crash(&mut self, node: PeerId) {
+        self.crashed[node as usize] = true;
+        let peers: Vec<(PeerId, RailId)> =
+            self.links.keys().filter(|(a, _, _)| *a == node).map(|(_, b, r)| (*b, *r)).collect();
+        for (b, r) in peers {
+            if self.links[&(b, node, r)].connected {
+                self.kill(b, node, r, "connection reset by peer");
             }
-            self.up(x, y, r);
         }
-        self.collect();
+    }
+
+    /// Process `node` stops (SIGSTOP) for `d`: it reads, writes and times
+    /// nothing meanwhile; frames for it wait (its kernel still takes them).
+    pub fn pause(&mut self, node: PeerId, d: Duration) {
+        self.paused_until[node as usize] = self.now + d;
+    }
+
+    fn paused(&self, node: PeerId) -> bool {
+        self.crashed[node as usize] || self.paused_until[node as usize] > self.now
     }
 
     fn collect(&mut self) {
@@ -257,7 +398,7 @@ impl Sim {
                         self.done.insert((i as PeerId, req), Done::Recv(result, buf));
                     }
                     Event::RailDown { peer, rail, reason } => {
-                        // The endpoint gave up on the rail: close the connection.
+                        // The endpoint gave up on the connection: close it.
                         down.push((i as PeerId, peer, rail, reason.clone()));
                         self.log.push((i as PeerId, Event::RailDown { peer, rail, reason }));
                     }
@@ -266,8 +407,70 @@ impl Sim {
             }
         }
         for (a, b, r, reason) in down {
-            if self.links.get(&(a, b, r)).is_some_and(|l| l.up) {
+            if self.links.get(&(a, b, r)).is_some_and(|l| l.connected) {
                 self.kill(a, b, r, &format!("closed by peer: {reason}"));
+            }
+        }
+    }
+
+    /// Starts the connection attempts the cores ask for.
+    fn open_connections(&mut self) {
+        let now = self.now;
+        for a in 0..self.nodes.len() as PeerId {
+            if self.paused(a) {
+                continue;
+            }
+            while let Some(req) = self.nodes[a as usize].poll_connect(now) {
+                let (b, r) = (req.peer, req.rail);
+                let rtt = self.links[&(a, b, r)].spec.latency * 2;
+                let attempt = match self.phys[&key(a, b, r)] {
+                    _ if self.crashed[b as usize] => {
+                        Attempt { at: now + rtt, from: a, to: b, rail: r, outcome: Some(ConnectFailure::Refused) }
+                    }
+                    Phys::Up => {
+                        // The handshake needs the peer's process to run.
+                        let at = (now + rtt * 2).max(self.paused_until[b as usize] + rtt);
+                        Attempt { at, from: a, to: b, rail: r, outcome: None }
+                    }
+                    Phys::Silent(_) | Phys::Black => Attempt {
+                        at: now + CONNECT_TIMEOUT,
+                        from: a,
+                        to: b,
+                        rail: r,
+                        outcome: Some(ConnectFailure::Transient),
+                    },
+                };
+                self.attempts.push(attempt);
+            }
+        }
+    }
+
+    /// Completes the connection attempts due now.
+    fn finish_attempts(&mut self) {
+        let now = self.now;
+        let (due, later): (Vec<Attempt>, Vec<Attempt>) = self.attempts.drain(..).partition(|a| a.at <= now);
+        self.attempts = later;
+        for a in due {
+            if self.crashed[a.from as usize] {
+                continue;
+            }
+            // The link may have failed while the attempt ran.
+            let outcome = match (a.outcome, self.phys[&key(a.from, a.to, a.rail)]) {
+                (None, Phys::Up) if !self.crashed[a.to as usize] => None,
+                (None, _) if self.crashed[a.to as usize] => Some(ConnectFailure::Refused),
+                (None, _) => Some(ConnectFailure::Transient),
+                (o, _) => o,
+            };
+            match outcome {
+                None => self.establish(a.from, a.to, a.rail),
+                Some(how) => {
+                    let why = match how {
+                        ConnectFailure::Refused => "connection refused",
+                        ConnectFailure::Transient => "connection timed out",
+                    };
+                    self.nodes[a.from as usize].connect_failed(a.to, a.rail, how, why, now);
+                    self.collect();
+                }
             }
         }
     }
@@ -276,7 +479,7 @@ impl Sim {
     fn pump(&mut self) {
         let now = self.now;
         for (&(from, to, rail), link) in self.links.iter_mut() {
-            if !link.up {
+            if !link.connected || self.crashed[from as usize] || self.paused_until[from as usize] > now {
                 continue;
             }
             let core = &mut self.nodes[from as usize];
@@ -287,6 +490,7 @@ impl Sim {
                 }
                 let Some(t) = core.poll_transmit(to, rail, now) else { break };
                 core.on_sent(to, rail, 1, now);
+                self.frames += 1;
                 if t.header.op.carries_data() && link.drop_every > 0 {
                     link.sent += 1;
                     if link.sent % link.drop_every == 0 {
@@ -315,10 +519,25 @@ impl Sim {
     }
 
     fn deliver_due(&mut self) {
+        let mut waiting = Vec::new();
         while self.arrivals.peek().is_some_and(|Reverse(a)| a.at <= self.now) {
             let Reverse(a) = self.arrivals.pop().expect("peeked");
-            let live = self.links.get(&(a.from, a.to, a.rail)).is_some_and(|l| l.up && !l.black && l.epoch == a.epoch);
-            if !live {
+            let k = (a.from, a.to, a.rail);
+            let Some(l) = self.links.get(&k) else { continue };
+            if !l.connected || l.epoch != a.epoch || self.crashed[a.to as usize] {
+                continue;
+            }
+            match self.phys[&key(a.from, a.to, a.rail)] {
+                Phys::Black => continue,
+                Phys::Silent(_) => {
+                    self.held.entry(k).or_default().push(a);
+                    continue;
+                }
+                Phys::Up => {}
+            }
+            if self.paused_until[a.to as usize] > self.now {
+                // Its kernel keeps the bytes until it runs again.
+                waiting.push(a);
                 continue;
             }
             let now = self.now;
@@ -327,19 +546,29 @@ impl Sim {
                 self.kill(a.to, a.from, a.rail, &e.to_string());
             }
         }
+        for mut a in waiting {
+            a.at = self.paused_until[a.to as usize];
+            self.arrivals.push(Reverse(a));
+        }
     }
 
     /// When something next happens, if anything will.
     fn next_time(&self) -> Option<Time> {
         let mut t = self.arrivals.peek().map(|Reverse(a)| a.at);
         let mut at = |x: Time| t = Some(t.map_or(x, |y: Time| y.min(x)));
-        for n in &self.nodes {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if self.crashed[i] {
+                continue;
+            }
             if let Some(x) = n.poll_timeout() {
-                at(x);
+                at(x.max(self.paused_until[i]));
             }
         }
+        for a in &self.attempts {
+            at(a.at);
+        }
         for (&(from, to, rail), l) in &self.links {
-            if l.up && self.nodes[from as usize].has_transmit(to, rail) && l.free_at > self.now {
+            if l.connected && self.nodes[from as usize].has_transmit(to, rail) && l.free_at > self.now {
                 let drain = Duration::from_secs_f64(self.sockbuf as f64 / l.spec.bandwidth);
                 let room_at = Time(l.free_at.as_nanos().saturating_sub(drain.as_nanos() as u64));
                 at(room_at.max(Time(self.now.as_nanos() + 1)));
@@ -348,21 +577,37 @@ impl Sim {
         t
     }
 
-    /// One step: deliver, run timers, transmit, then advance the clock.
-    /// Returns false when nothing is left to happen.
+    /// One step: deliver, run timers, connect, transmit, then advance the
+    /// clock. Returns false when nothing is left to happen. Every few steps
+    /// the cores' bookkeeping is checked ([`Core::check_invariants`]).
     pub fn step(&mut self) -> bool {
+        self.steps += 1;
+        if self.steps % 16 == 0 {
+            for (i, n) in self.nodes.iter().enumerate() {
+                if let Err(e) = n.check_invariants() {
+                    panic!("node {i} at {:?}: {e}", self.now);
+                }
+            }
+        }
         self.deliver_due();
+        self.finish_attempts();
         let now = self.now;
-        for n in self.nodes.iter_mut() {
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            if self.crashed[i] || self.paused_until[i] > now {
+                continue;
+            }
             if n.poll_timeout().is_some_and(|t| t <= now) {
                 n.handle_timeout(now);
             }
         }
+        self.collect();
+        self.open_connections();
         self.pump();
         self.collect();
         // Bytes streaming over a busy link keep it alive at the receiver.
         for (&(from, to, rail), l) in &self.links {
-            if l.up && !l.black && l.free_at > now {
+            let flowing = l.connected && self.phys[&key(from, to, rail)] == Phys::Up && l.free_at > now;
+            if flowing && !self.crashed[to as usize] && self.paused_until[to as usize] <= now {
                 self.nodes[to as usize].rail_activity(from, rail, now);
             }
         }
@@ -374,38 +619,55 @@ impl Sim {
                 } else {
                     self.stuck = 0;
                 }
-                self.now = self.now.max(t);
+                self.now = self.now.max(t.min(self.horizon));
                 true
             }
             None => false,
         }
     }
 
+    /// One step that does not move the clock past `horizon`.
+    pub fn step_to(&mut self, horizon: Time) -> bool {
+        let capped = horizon.min(self.horizon);
+        let saved = std::mem::replace(&mut self.horizon, capped);
+        let r = self.step();
+        self.horizon = saved;
+        r
+    }
+
+    /// Steps until `done(self)` or the clock reaches `horizon`.
+    fn run_to(&mut self, horizon: Time, done: &mut dyn FnMut(&Sim) -> bool) -> bool {
+        let saved = std::mem::replace(&mut self.horizon, horizon);
+        let r = loop {
+            if done(self) {
+                break true;
+            }
+            if self.now >= horizon {
+                break false;
+            }
+            let before = self.now;
+            if !self.step() && !done(self) {
+                self.now = horizon;
+                break done(self);
+            }
+            if self.now == before && self.now == horizon {
+                break done(self);
+            }
+        };
+        self.horizon = saved;
+        r
+    }
+
     /// Steps until `done(self)` holds; false if `limit` of virtual time
     /// passed first.
     pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Sim) -> bool) -> bool {
         let end = self.now + limit;
-        loop {
-            if done(self) {
-                return true;
-            }
-            if self.now > end {
-                return false;
-            }
-            if !self.step() && !done(self) {
-                // Only heartbeats could be left; let time pass to them.
-                return done(self);
-            }
-        }
+        self.run_to(end, &mut done)
     }
 
     /// Steps for `d` of virtual time.
     pub fn run_for(&mut self, d: Duration) {
         let end = self.now + d;
-        while self.now < end {
-            if !self.step() {
-                break;
-            }
-        }
+        self.run_to(end, &mut |_| false);
     }
 }

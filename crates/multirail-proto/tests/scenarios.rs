@@ -27,7 +27,7 @@ impl Rng {
 }
 
 fn cfg(policy: &str) -> Config {
-    Config { policy: policy.parse().unwrap(), heartbeat_interval: Duration::ZERO, ..Config::default() }
+    Config { policy: policy.parse().unwrap(), ..Config::default() }
 }
 
 fn rails4() -> Vec<LinkSpec> {
@@ -353,7 +353,7 @@ fn tx(sim: &Sim) -> u64 {
 #[test]
 fn rail_dies_before_anything_is_sent() {
     let mut sim = Sim::new(2, &rails4()[..3], cfg("*:adaptive"));
-    sim.kill(0, 1, 1, "link down");
+    sim.cut(0, 1, 1, "link down");
     send_and_verify(&mut sim, &big_sizes(), true);
     assert_eq!(bytes_per_rail(&sim)[1], 0);
 }
@@ -366,7 +366,7 @@ fn rail_dies_after_rts_before_cts() {
     let s = sim.isend(0, 1, 7, pattern(7, 1 << 20));
     sim.run_for(Duration::from_millis(5));
     let single_rail = 1; // rank 0 + peer 1 picks rail 1
-    sim.kill(0, 1, single_rail, "cable pulled");
+    sim.cut(0, 1, single_rail, "cable pulled");
     let r = sim.irecv(1, Some(0), Some(7), 1 << 20);
     assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)));
     let Some(Done::Recv(Ok(_), buf)) = sim.take(1, r) else { panic!() };
@@ -377,13 +377,13 @@ fn rail_dies_after_rts_before_cts() {
 fn rail_dies_with_rts_in_flight() {
     // Kill the RTS's rail while the RTS is on the wire: it is re-sent.
     let with_rts_on_wire = |s: &Sim| s.now > multirail_proto::Time::ZERO;
-    with_fault("*:single", &[1 << 20], with_rts_on_wire, |s| s.kill(0, 1, 1, "down"));
+    with_fault("*:single", &[1 << 20], with_rts_on_wire, |s| s.cut(0, 1, 1, "down"));
 }
 
 #[test]
 fn rail_dies_mid_data() {
     for policy in ["*:stripe", "*:adaptive", "*:weighted", "*:round-robin"] {
-        let sim = with_fault(policy, &big_sizes(), |s| tx(s) > 2 << 20, |s| s.kill(0, 1, 0, "link down"));
+        let sim = with_fault(policy, &big_sizes(), |s| tx(s) > 2 << 20, |s| s.cut(0, 1, 0, "link down"));
         let st = sim.nodes[0].rail_stats(1, sim.now);
         assert!(st[0].downs == 1 && !st[0].up);
         assert!(st.iter().map(|r| r.retransmits).sum::<u64>() > 0 || policy.contains("round"), "{policy}: {st:?}");
@@ -398,7 +398,7 @@ fn rail_dies_with_acks_in_flight_and_duplicates_are_dropped() {
         "*:stripe",
         &[4 << 20],
         |s| s.nodes[1].rail_stats(0, s.now).iter().map(|r| r.rx_bytes).sum::<u64>() >= 4 << 20,
-        |s| s.kill(0, 1, 2, "down"),
+        |s| s.cut(0, 1, 2, "down"),
     );
     let rx: u64 = sim.nodes[1].rail_stats(0, sim.now).iter().map(|r| r.rx_bytes).sum();
     assert!(rx >= 4 << 20);
@@ -407,7 +407,7 @@ fn rail_dies_with_acks_in_flight_and_duplicates_are_dropped() {
 #[test]
 fn rail_comes_back_and_rejoins_the_schedule() {
     let mut sim = Sim::new(2, &rails4()[..2], cfg("*:stripe"));
-    sim.kill(0, 1, 0, "down");
+    sim.cut(0, 1, 0, "down");
     send_and_verify(&mut sim, &[1 << 20], true);
     let before = bytes_per_rail(&sim)[0];
     assert_eq!(before, 0);
@@ -423,9 +423,9 @@ fn two_rails_die_one_after_the_other() {
         &big_sizes(),
         |s| tx(s) > 1 << 20,
         |s| {
-            s.kill(0, 1, 0, "first");
+            s.cut(0, 1, 0, "first");
             s.run_until(Duration::from_secs(1), |x| tx(x) > 4 << 20);
-            s.kill(0, 1, 2, "second");
+            s.cut(0, 1, 2, "second");
         },
     );
     let up: Vec<bool> = sim.nodes[0].rail_stats(1, sim.now).iter().map(|r| r.up).collect();
@@ -433,104 +433,38 @@ fn two_rails_die_one_after_the_other() {
 }
 
 #[test]
-fn last_rail_dies_and_pending_operations_fail_naming_each_rail() {
+fn a_crashed_peer_fails_pending_operations_naming_each_rail() {
+    // The process behind rank 1 dies mid-transfer: its connections reset,
+    // and reconnecting is refused on every rail (nothing listens any
+    // more). Rank 0's operations with it fail, saying why for each rail;
+    // everything else goes on.
     let mut sim = Sim::new(3, &rails4()[..2], cfg("*:adaptive"));
     let s = sim.isend(0, 1, 1, pattern(1, 8 << 20));
-    let r = sim.irecv(1, Some(0), Some(1), 8 << 20);
-    let r_any = sim.irecv(1, None, Some(9), 10);
+    let r = sim.irecv(0, Some(1), Some(1), 100);
+    let r_any = sim.irecv(0, None, Some(9), 10);
+    let _ = sim.irecv(1, Some(0), Some(1), 8 << 20);
     sim.run_until(Duration::from_secs(1), |x| tx(x) > 1 << 20);
-    sim.kill(0, 1, 0, "cable pulled");
-    sim.kill(0, 1, 1, "switch port error");
-    sim.run_for(Duration::from_millis(1));
+    let t0 = sim.now;
+    sim.crash(1);
+    assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(0, s)));
+    assert!(sim.now - t0 < Duration::from_millis(100), "refusals are fast: {:?}", sim.now - t0);
     match sim.take(0, s) {
         Some(Done::Send(Err(SendError::PeerFailed(f)))) => {
             assert_eq!(f.peer, 1);
-            assert_eq!(f.rails, vec![(0, "cable pulled".to_string()), (1, "switch port error".to_string())]);
+            assert_eq!(f.rails.len(), 2);
             let msg = SendError::PeerFailed(f).to_string();
-            assert!(msg.contains("rail 0: cable pulled") && msg.contains("rail 1: switch port error"), "{msg}");
+            assert!(msg.contains("rail 0: connection refused") && msg.contains("rail 1: connection refused"), "{msg}");
         }
         other => panic!("send: {other:?}"),
     }
-    assert!(matches!(sim.take(1, r), Some(Done::Recv(Err(RecvError::PeerFailed(_)), _))));
-    assert!(!sim.is_done(1, r_any), "an any-source receive stays posted");
+    assert!(matches!(sim.take(0, r), Some(Done::Recv(Err(RecvError::PeerFailed(_)), _))));
+    assert!(!sim.is_done(0, r_any), "an any-source receive stays posted");
     assert!(sim.log.iter().any(|(n, e)| *n == 0 && matches!(e, Event::PeerFailed { .. })));
     // Other peers are untouched.
-    let r2 = sim.irecv(1, Some(2), None, 100);
-    sim.isend(2, 1, 3, pattern(3, 100));
-    assert!(sim.run_until(Duration::from_secs(1), |x| x.is_done(1, r2)));
+    let r2 = sim.irecv(0, Some(2), None, 100);
+    sim.isend(2, 0, 3, pattern(3, 100));
+    assert!(sim.run_until(Duration::from_secs(1), |x| x.is_done(0, r2)));
     // New operations on the failed peer fail at once.
     let s2 = sim.isend(0, 1, 1, pattern(1, 10));
     assert!(matches!(sim.take(0, s2), Some(Done::Send(Err(_)))));
-}
-
-#[test]
-fn heartbeat_timeout_declares_a_silent_rail_dead_but_not_a_busy_one() {
-    let mut c = cfg("*:stripe");
-    c.heartbeat_interval = Duration::from_millis(10);
-    c.heartbeat_timeout = Duration::from_millis(50);
-    // A slow rail (10 Mbit/s) stays busy with a large message for far
-    // longer than the timeout: frames keep arriving, so it stays up.
-    let links = [LinkSpec::gbit(0.01, 10), LinkSpec::gbit(1.0, 10)];
-    let mut sim = Sim::new(2, &links, c);
-    send_and_verify(&mut sim, &[1 << 20], true);
-    assert!(sim.log.is_empty(), "no rail declared dead: {:?}", sim.log);
-    // Idle for a while: heartbeats keep both rails alive.
-    sim.run_for(Duration::from_millis(500));
-    assert!(sim.log.is_empty(), "{:?}", sim.log);
-}
-
-#[test]
-fn a_silently_dead_rail_is_found_by_heartbeats_and_nothing_is_lost() {
-    let mut c = cfg("*:stripe");
-    c.heartbeat_interval = Duration::from_millis(10);
-    c.heartbeat_timeout = Duration::from_millis(50);
-    let mut sim = Sim::new(2, &rails4()[..2], c);
-    let r = sim.irecv(1, Some(0), None, 8 << 20);
-    let s = sim.isend(0, 1, 1, pattern(1, 8 << 20));
-    sim.run_until(Duration::from_secs(1), |x| tx(x) > 1 << 20);
-    sim.blackhole(0, 1, 0);
-    let t0 = sim.now;
-    assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)));
-    let Some(Done::Recv(Ok(_), buf)) = sim.take(1, r) else { panic!() };
-    assert_eq!(&buf[..], &pattern(1, 8 << 20)[..]);
-    let downs: Vec<_> = sim.log.iter().filter(|(_, e)| matches!(e, Event::RailDown { rail: 0, .. })).collect();
-    assert!(!downs.is_empty(), "rail 0 declared down");
-    assert!(sim.now - t0 < Duration::from_millis(200), "recovered in {:?}", sim.now - t0);
-}
-
-#[test]
-fn frames_lost_by_a_rail_that_stays_up_are_resent() {
-    for policy in ["*:stripe", "*:adaptive"] {
-        let mut sim = Sim::new(2, &rails4()[..2], cfg(policy));
-        sim.lossy(0, 1, 0, 7);
-        // Ends with a small message: its loss is a tail loss that no later
-        // acknowledgement reveals, so only the retransmission timer can.
-        let mut sizes: Vec<usize> = (0..30).map(|i| 1000 + i * 50_000).collect();
-        sizes.extend([10; 7]);
-        send_and_verify(&mut sim, &sizes, true);
-        assert!(sim.run_until(Duration::from_secs(1), |s| s.nodes[0].unacked_messages() == 0));
-        let st = sim.nodes[0].rail_stats(1, sim.now);
-        assert!(st[0].lost > 0, "{policy}: losses detected {st:?}");
-    }
-}
-
-#[test]
-fn a_rail_that_stops_delivering_is_routed_around_before_the_heartbeat_timeout() {
-    // Heartbeats would take 60 s to notice; the retransmission timer makes
-    // the rail suspect within a second and the message completes anyway.
-    let mut c = cfg("*:stripe");
-    c.heartbeat_interval = Duration::from_secs(10);
-    c.heartbeat_timeout = Duration::from_secs(60);
-    let mut sim = Sim::new(2, &rails4()[..2], c);
-    let r = sim.irecv(1, Some(0), None, 8 << 20);
-    let s = sim.isend(0, 1, 1, pattern(1, 8 << 20));
-    sim.run_until(Duration::from_secs(1), |x| tx(x) > 1 << 20);
-    sim.blackhole(0, 1, 0);
-    let t0 = sim.now;
-    assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)));
-    assert!(sim.now - t0 < Duration::from_secs(2), "took {:?}", sim.now - t0);
-    let Some(Done::Recv(Ok(_), buf)) = sim.take(1, r) else { panic!() };
-    assert_eq!(&buf[..], &pattern(1, 8 << 20)[..]);
-    assert!(sim.nodes[0].rail_stats(1, sim.now)[0].lost > 0, "the timeout fired");
-    assert!(sim.log.is_empty(), "no rail was declared down: {:?}", sim.log);
 }

@@ -84,15 +84,16 @@ pub fn connect<S: Read + Write + Timeouts>(
     Ok(peer)
 }
 
-/// Acceptor side: reads HELLO, lets `check` vet the claimed identity,
-/// replies, then verifies AUTH. On refusal a REJECT saying why is sent
-/// before returning; nothing else is read.
+/// Acceptor side: reads HELLO, lets `check` vet the claimed identity
+/// (its error picks the REJECT reason), replies, then verifies AUTH. On
+/// refusal a REJECT saying why is sent before returning; nothing else is
+/// read.
 pub fn accept<S: Read + Write + Timeouts>(
     s: &mut S,
     local: &LocalHello,
     key: &[u8],
     timeout: Duration,
-    check: impl FnOnce(&PeerHello) -> Result<(), String>,
+    check: impl FnOnce(&PeerHello) -> Result<(), HandshakeError>,
 ) -> Result<PeerHello, HandshakeFailure> {
     s.set_timeouts(Some(timeout))?;
     let hello = match read_msg(s, timeout) {
@@ -114,8 +115,8 @@ pub fn accept<S: Read + Write + Timeouts>(
         Ok(x) => x,
         Err(e) => return Err(refuse(s, e)),
     };
-    if let Err(why) = check(&claimed) {
-        return Err(refuse(s, HandshakeError::Identity(why)));
+    if let Err(e) = check(&claimed) {
+        return Err(refuse(s, e));
     }
     s.write_all(&reply)?;
     let auth = read_msg(s, timeout)?;
@@ -141,6 +142,7 @@ mod tests {
             max_frame: 1 << 20,
             credits: 1 << 20,
             nonce: [rank as u8 + 1; 32],
+            generation: 0,
         }
     }
 
@@ -189,8 +191,9 @@ mod tests {
     fn identity_check_refuses() {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let t = std::thread::spawn(move || connect(&mut a, &hello(1, 7), b"k", Duration::from_secs(5)));
-        let e =
-            accept(&mut b, &hello(0, 7), b"k", Duration::from_secs(5), |p| Err(format!("rank {} not in job", p.rank)));
+        let e = accept(&mut b, &hello(0, 7), b"k", Duration::from_secs(5), |p| {
+            Err(HandshakeError::Identity(format!("rank {} not in job", p.rank)))
+        });
         assert!(e.unwrap_err().to_string().contains("rank 1 not in job"));
         assert!(t.join().unwrap().unwrap_err().to_string().contains("unexpected rank"));
     }

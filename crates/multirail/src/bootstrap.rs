@@ -1,14 +1,14 @@
 //! How ranks meet. Rank 0 listens at the root address; every other rank
 //! connects there (authenticated HELLO), sends the addresses of its rail
-//! listeners and receives everybody's. Then each rank connects every rail
-//! to every lower rank and accepts every rail from higher ranks; each of
-//! those connections runs its own HELLO naming rank and rail index.
+//! listeners and receives everybody's. That is all: rail connections are
+//! opened later, when they are needed (`connections`), each with its own
+//! HELLO naming rank, rail index and connection generation.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use multirail_proto::handshake::{LocalHello, PeerHello};
+use multirail_proto::handshake::{HandshakeError, LocalHello, PeerHello};
 use multirail_transport::handshake::{self, HandshakeFailure};
 use multirail_transport::spec::Resolved;
 use multirail_transport::tcp;
@@ -57,6 +57,11 @@ impl Me {
     }
 
     pub fn hello(&self, rail_index: u16) -> LocalHello {
+        self.hello_gen(rail_index, 0)
+    }
+
+    /// A HELLO proposing connection generation `generation`.
+    pub fn hello_gen(&self, rail_index: u16, generation: u32) -> LocalHello {
         let mut nonce = [0u8; 32];
         // getrandom only fails if the OS has no entropy source at all.
         getrandom::fill(&mut nonce).expect("OS random number generator");
@@ -72,16 +77,17 @@ impl Me {
             max_frame: self.cfg.proto.limits.max_frame,
             credits: self.cfg.proto.unexpected_limit,
             nonce,
+            generation,
         }
     }
 
     /// Vets the identity a connecting peer claims.
-    pub fn check(&self, p: &PeerHello, rail: u16, from_higher: bool) -> Result<(), String> {
+    pub fn check(&self, p: &PeerHello, rail: u16) -> Result<(), String> {
         if p.size != self.size {
             return Err(format!("rank {} thinks the job has {} ranks, we have {}", p.rank, p.size, self.size));
         }
-        if p.rank >= self.size || p.rank == self.rank || (from_higher && p.rank < self.rank) {
-            return Err(format!("rank {} is not a peer that connects to rank {}", p.rank, self.rank));
+        if p.rank >= self.size || p.rank == self.rank {
+            return Err(format!("rank {} is not a peer of rank {} in a job of {}", p.rank, self.rank, self.size));
         }
         if p.rail_index != rail {
             return Err(format!("rail {} arrived on the listener of rail {rail}", p.rail_index));
@@ -206,8 +212,12 @@ pub(crate) fn gather(
         s.set_nonblocking(false)?;
         let taken: Vec<bool> = table.iter().map(Option::is_some).collect();
         let check = |p: &PeerHello| {
-            me.check(p, BOOT_RAIL, false)?;
-            if taken[p.rank as usize] { Err(format!("rank {} joined twice", p.rank)) } else { Ok(()) }
+            me.check(p, BOOT_RAIL).map_err(HandshakeError::Identity)?;
+            if taken[p.rank as usize] {
+                Err(HandshakeError::Identity(format!("rank {} joined twice", p.rank)))
+            } else {
+                Ok(())
+            }
         };
         let peer = match handshake::accept(&mut s, &me.hello(BOOT_RAIL), me.key(), me.cfg.handshake_timeout, check) {
             Ok(p) => p,
@@ -268,90 +278,64 @@ pub(crate) fn join(me: &Me, root: SocketAddr, mine: Vec<SocketAddr>, deadline: I
     Ok(t)
 }
 
-/// Connects rail `k` to `peer` at `addr` and authenticates it.
-pub(crate) fn connect_rail(me: &Me, peer: u32, k: usize, addr: SocketAddr) -> Result<Conn, String> {
+/// Why a rail connection attempt failed.
+#[derive(Debug)]
+pub(crate) struct ConnectError {
+    /// Nothing listens there or the peer refused us for good: its process
+    /// is gone (or another job took its place).
+    pub refused: bool,
+    pub message: String,
+}
+
+/// Connects rail `k` to `peer` at `addr`, proposing connection generation
+/// `generation`, and authenticates it.
+pub(crate) fn connect_rail(
+    me: &Me,
+    peer: u32,
+    k: usize,
+    addr: SocketAddr,
+    generation: u32,
+) -> Result<Conn, ConnectError> {
+    use multirail_proto::wire::RejectReason;
     let local = &me.rails[k];
-    let mut stream = tcp::connect(local.ip, local.iface.as_deref(), addr, &me.cfg.socket)
-        .map_err(|e| format!("rail {k} to rank {peer}: connect {} -> {addr}: {e}", local.ip))?;
-    let hello = handshake::connect(&mut stream, &me.hello(k as u16), me.key(), me.cfg.handshake_timeout)
-        .map_err(|e| format!("rail {k} to rank {peer} at {addr}: {e}"))?;
+    let mut stream =
+        tcp::connect(local.ip, local.iface.as_deref(), addr, &me.cfg.socket).map_err(|e| ConnectError {
+            refused: e.kind() == std::io::ErrorKind::ConnectionRefused,
+            message: format!("rail {k} to rank {peer}: connect {} -> {addr}: {e}", local.ip),
+        })?;
+    let hello = handshake::connect(&mut stream, &me.hello_gen(k as u16, generation), me.key(), me.cfg.handshake_timeout)
+        .map_err(|e| {
+            let refused = matches!(
+                &e,
+                HandshakeFailure::Refused(HandshakeError::Rejected(r)) if *r != RejectReason::Superseded && *r != RejectReason::Timeout
+            ) || matches!(&e, HandshakeFailure::Refused(HandshakeError::BadKey | HandshakeError::WrongJob { .. }));
+            ConnectError { refused, message: format!("rail {k} to rank {peer} at {addr}: {e}") }
+        })?;
     if hello.rank != peer {
-        return Err(format!("rail {k}: {addr} answered as rank {}, expected rank {peer}", hello.rank));
+        return Err(ConnectError {
+            refused: true,
+            message: format!("rail {k}: {addr} answered as rank {}, expected rank {peer}", hello.rank),
+        });
     }
     Ok(Conn { peer, rail: k, stream, hello })
 }
 
-/// Accepts one rail connection on listener `k` and authenticates it.
-pub(crate) fn accept_rail(me: &Me, k: usize, mut stream: TcpStream) -> Result<Conn, HandshakeFailure> {
+/// Accepts one rail connection on listener `k` and authenticates it;
+/// `admit` vets the (not yet authenticated) HELLO beyond the job's rules:
+/// the connection generation.
+pub(crate) fn accept_rail(
+    me: &Me,
+    k: usize,
+    mut stream: TcpStream,
+    admit: impl FnOnce(&PeerHello) -> Result<(), HandshakeError>,
+) -> Result<Conn, HandshakeFailure> {
     stream.set_nonblocking(false)?;
     tcp::tune(&stream, &me.cfg.socket)?;
     let hello = handshake::accept(&mut stream, &me.hello(k as u16), me.key(), me.cfg.handshake_timeout, |p| {
-        me.check(p, k as u16, true)
+        me.check(p, k as u16).map_err(HandshakeError::Identity)?;
+        admit(p)
     })?;
     Ok(Conn { peer: hello.rank, rail: k, stream, hello })
-}
-
-/// Connects every rail to every other rank.
-pub(crate) fn mesh(me: &Me, table: &Table, listeners: &[TcpListener], deadline: Instant) -> Result<Vec<Conn>, Error> {
-    let higher = (me.size - 1 - me.rank) as usize;
-    std::thread::scope(|sc| {
-        let acceptors: Vec<_> =
-            listeners.iter().enumerate().map(|(k, l)| sc.spawn(move || accept_n(me, k, l, higher, deadline))).collect();
-        let mut conns = Vec::new();
-        let mut first_err = None;
-        for j in 0..me.rank {
-            for (k, &addr) in table[j as usize].iter().enumerate() {
-                match connect_rail(me, j, k, addr) {
-                    Ok(c) => conns.push(c),
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-        }
-        for a in acceptors {
-            match a.join() {
-                Ok(Ok(mut c)) => conns.append(&mut c),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert("acceptor thread panicked".into());
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(setup_err(e)),
-            None => Ok(conns),
-        }
-    })
-}
-
-fn accept_n(me: &Me, k: usize, l: &TcpListener, n: usize, deadline: Instant) -> Result<Vec<Conn>, String> {
-    let mut out: Vec<Conn> = Vec::new();
-    l.set_nonblocking(true).map_err(|e| e.to_string())?;
-    while out.len() < n {
-        match l.accept() {
-            Ok((s, from)) => match accept_rail(me, k, s) {
-                Ok(c) if out.iter().any(|x| x.peer == c.peer) => {
-                    tracing::warn!("rail {k}: rank {} connected twice; keeping the first", c.peer);
-                }
-                Ok(c) => out.push(c),
-                Err(e) => tracing::warn!("rail {k}: refused a connection from {from}: {e}"),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    let have: Vec<u32> = out.iter().map(|c| c.peer).collect();
-                    return Err(format!(
-                        "rail {k}: only ranks {have:?} of the {n} higher ranks connected within the setup timeout"
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(format!("rail {k}: accept: {e}")),
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

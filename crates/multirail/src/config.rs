@@ -73,10 +73,6 @@ pub struct Config {
     /// Job key; `None` = unauthenticated empty key (a warning is logged).
     pub key: Option<Vec<u8>>,
     pub job_id: u64,
-    /// Reconnect failed rails with backoff (first retry after this, doubling
-    /// up to `reconnect_max`); `None` disables reconnection.
-    pub reconnect: Option<Duration>,
-    pub reconnect_max: Duration,
     /// Fault injection per rail index (tests and `bench --fail-rail`).
     pub faults: Vec<Option<FaultConfig>>,
 }
@@ -88,13 +84,11 @@ impl Default for Config {
             progress: Progress::Polled,
             spin: Duration::from_micros(DEFAULT_SPIN_US),
             proto: ProtoConfig::default(),
-            socket: SocketOptions::default(),
+            socket: SocketOptions { connect_timeout: Duration::from_millis(500), ..SocketOptions::default() },
             handshake_timeout: Duration::from_secs(10),
             setup_timeout: Duration::from_secs(60),
             key: None,
             job_id: 0,
-            reconnect: Some(Duration::from_millis(100)),
-            reconnect_max: Duration::from_secs(5),
             faults: Vec::new(),
         }
     }
@@ -166,8 +160,41 @@ impl Config {
         if let Some(v) = env_size("MULTIRAIL_SOCKBUF")? {
             self.socket.buffer = Some(v as usize);
         }
-        if let Some(d) = env_ms("MULTIRAIL_HEARTBEAT_MS")? {
-            self.set_heartbeat(d);
+        if env("MULTIRAIL_HEARTBEAT_MS").is_some() {
+            return Err(Error::Config(
+                "MULTIRAIL_HEARTBEAT_MS is gone: idle rails send nothing now. Rails are probed when they owe an \
+                 answer (MULTIRAIL_PROBE_MS), routed around after a retransmission timeout (MULTIRAIL_RTO_MIN_MS), \
+                 and a peer silent for MULTIRAIL_PEER_TIMEOUT_MS is declared dead"
+                    .into(),
+            ));
+        }
+        if let Some(d) = env_ms("MULTIRAIL_RTO_MIN_MS")? {
+            self.proto.rto_min = d;
+        }
+        if let Some(d) = env_ms("MULTIRAIL_PROBE_MS")? {
+            self.proto.probe_interval = d;
+        }
+        if let Some(d) = env_ms("MULTIRAIL_PEER_TIMEOUT_MS")? {
+            self.proto.peer_timeout = d;
+        }
+        if let Some(d) = env_ms("MULTIRAIL_REPLACE_AFTER_MS")? {
+            self.proto.replace_after = d;
+        }
+        if let Some(d) = env_ms("MULTIRAIL_CONNECT_TIMEOUT_MS")? {
+            self.socket.connect_timeout = d;
+        }
+        if let Some(v) = env("MULTIRAIL_CONNECT") {
+            self.proto.eager_connect = match v.trim().to_ascii_lowercase().as_str() {
+                "eager" | "mesh" => true,
+                "lazy" | "on-demand" | "ondemand" => false,
+                _ => {
+                    return Err(bad(
+                        "MULTIRAIL_CONNECT",
+                        &v,
+                        "choose lazy (on first use) or eager (every rail at start)",
+                    ));
+                }
+            };
         }
         if let Some(v) = env("MULTIRAIL_CHECKSUM") {
             self.proto.checksum = matches!(v.trim(), "1" | "true" | "yes" | "on");
@@ -182,13 +209,6 @@ impl Config {
             self.faults = parse_faults(&v).map_err(|e| bad("MULTIRAIL_FAULTS", &v, e))?;
         }
         self.validate()
-    }
-
-    /// Heartbeat interval; a rail is declared down after 6 intervals of
-    /// silence. ZERO disables heartbeats.
-    pub fn set_heartbeat(&mut self, interval: Duration) {
-        self.proto.heartbeat_interval = interval;
-        self.proto.heartbeat_timeout = interval * 6;
     }
 
     /// Checks the combination of settings.
@@ -208,6 +228,20 @@ impl Config {
         }
         if p.rail_window < p.chunk {
             return Err(Error::Config("MULTIRAIL_RAIL_WINDOW must be at least MULTIRAIL_CHUNK".into()));
+        }
+        if p.rto_min.is_zero() || p.probe_interval.is_zero() || self.socket.connect_timeout.is_zero() {
+            return Err(Error::Config(
+                "MULTIRAIL_RTO_MIN_MS, MULTIRAIL_PROBE_MS and MULTIRAIL_CONNECT_TIMEOUT_MS must be at least 1 ms"
+                    .into(),
+            ));
+        }
+        if p.peer_timeout < p.probe_interval * 4 {
+            return Err(Error::Config(format!(
+                "MULTIRAIL_PEER_TIMEOUT_MS ({} ms) must be at least 4 x MULTIRAIL_PROBE_MS ({} ms): \
+                 a live peer must have time to answer probes",
+                p.peer_timeout.as_millis(),
+                p.probe_interval.as_millis()
+            )));
         }
         Ok(())
     }
@@ -312,6 +346,16 @@ mod tests {
         assert!(parse_faults("x:drop=0.1").is_err());
         assert!(parse_faults("1:melt=1").unwrap_err().contains("unknown fault"));
         assert!(parse_faults("1:delay=5").is_err());
+    }
+
+    #[test]
+    fn liveness_knobs_are_checked() {
+        let mut c = Config::default();
+        c.proto.peer_timeout = Duration::from_millis(100);
+        assert!(c.validate().unwrap_err().to_string().contains("PEER_TIMEOUT"));
+        let mut c = Config::default();
+        c.proto.rto_min = Duration::ZERO;
+        assert!(c.validate().is_err());
     }
 
     #[test]

@@ -2,16 +2,13 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use multirail_proto::core::{Core, RailCaps as CoreCaps, RailStats, ReqId, Status};
-use multirail_transport::fault::{FaultConfig, FaultRail};
-use multirail_transport::tcp::TcpRail;
-use multirail_transport::{Rail, RailCaps};
+use multirail_proto::core::{Core, RailStats, ReqId, Status};
+use multirail_transport::fault::FaultConfig;
 
-use crate::bootstrap::{self, Conn, Me, Root};
+use crate::bootstrap::{self, Me, Root};
 use crate::engine::Engine;
 use crate::launch::{JobInfo, resolve};
 use crate::shared::{Completion, Shared, Slot};
@@ -79,8 +76,21 @@ impl Builder {
         self.cfg.proto.checksum = on;
         self
     }
-    pub fn heartbeat(mut self, interval: Duration) -> Builder {
-        self.cfg.set_heartbeat(interval);
+    /// How long a peer with work pending may stay silent on every rail
+    /// before it is declared dead (`MULTIRAIL_PEER_TIMEOUT_MS`).
+    pub fn peer_timeout(mut self, t: Duration) -> Builder {
+        self.cfg.proto.peer_timeout = t;
+        self
+    }
+    /// Floor of the retransmission timeout (`MULTIRAIL_RTO_MIN_MS`).
+    pub fn rto_min(mut self, t: Duration) -> Builder {
+        self.cfg.proto.rto_min = t;
+        self
+    }
+    /// Open every rail to every peer at start (`MULTIRAIL_CONNECT=eager`)
+    /// instead of when first needed.
+    pub fn eager_connect(mut self, eager: bool) -> Builder {
+        self.cfg.proto.eager_connect = eager;
         self
     }
     pub fn key(mut self, key: impl Into<Vec<u8>>) -> Builder {
@@ -146,8 +156,8 @@ pub struct Endpoint {
     rank: u32,
     size: u32,
     cfg: Config,
-    /// Re-establishes failed rails (listeners and reconnect threads).
-    recovery: Option<crate::recovery::Recovery>,
+    /// Opens, accepts and replaces rail connections.
+    connections: Option<crate::connections::Connections>,
 }
 
 fn now_plus(d: Option<Duration>) -> Option<Instant> {
@@ -211,17 +221,35 @@ impl Endpoint {
             (_, Some(Root::Connect(a))) if rank != 0 => bootstrap::join(&me, a, mine, deadline)?,
             _ => return Err(Error::Config("rank 0 needs a root listener, other ranks a root address".into())),
         };
-        let conns = bootstrap::mesh(&me, &table, &listeners, deadline)?;
         let shared = Arc::new(Self::make_shared(&cfg, rank, size));
-        for c in conns {
-            install(&shared, &cfg, c)?;
-        }
         let engine = Engine::start(&shared, cfg.progress, cfg.spin)?;
-        let recovery = match cfg.reconnect {
-            Some(_) => Some(crate::recovery::Recovery::start(shared.clone(), me, listeners, table)?),
-            None => None,
+        let connections = crate::connections::Connections::start(shared.clone(), me, listeners, table)?;
+        let ep =
+            Endpoint { shared, engine: Some(engine), rank, size, cfg: (*cfg).clone(), connections: Some(connections) };
+        if cfg.proto.eager_connect {
+            ep.wait_connected(deadline)?;
+        }
+        Ok(ep)
+    }
+
+    /// Eager start: waits until every peer has at least one rail up (the
+    /// others join when they can).
+    fn wait_connected(&self, deadline: Instant) -> Result<(), Error> {
+        let shared = &self.shared;
+        // The first timer run asks for the connections.
+        shared.with_core(|_, _| ());
+        let peers: Vec<u32> = (0..self.size).filter(|&p| p != self.rank).collect();
+        let mut ready = || {
+            let g = shared.lock();
+            peers.iter().all(|&p| (0..g.core.rail_count(p)).any(|r| g.core.is_rail_up(p, r)))
         };
-        Ok(Endpoint { shared, engine: Some(engine), rank, size, cfg: (*cfg).clone(), recovery })
+        if self.engine()?.wait_until(shared, &mut ready, Some(deadline)) {
+            return Ok(());
+        }
+        let g = shared.lock();
+        let missing: Vec<u32> =
+            peers.iter().copied().filter(|&p| !(0..g.core.rail_count(p)).any(|r| g.core.is_rail_up(p, r))).collect();
+        Err(Error::Setup(format!("no rail to ranks {missing:?} came up within the setup timeout")))
     }
 
     fn make_shared(cfg: &Config, rank: u32, size: u32) -> Shared {
@@ -230,15 +258,7 @@ impl Endpoint {
         for peer in (0..size).filter(|&p| p != rank) {
             core.add_peer(peer, cfg.rails.len());
             for (k, spec) in cfg.rails.iter().enumerate() {
-                slots.push(Arc::new(Slot {
-                    peer,
-                    rail: k,
-                    name: format!("{spec} to rank {peer}"),
-                    conn: std::sync::Mutex::new(None),
-                    close_requested: AtomicBool::new(false),
-                    wake_pending: AtomicBool::new(false),
-                    waker: std::sync::Mutex::new(None),
-                }));
+                slots.push(Arc::new(Slot::new(peer, k, format!("{spec} to rank {peer}"))));
             }
         }
         Shared::new(core, slots)
@@ -404,9 +424,10 @@ impl Endpoint {
         };
         engine.wait_until(shared, &mut flushed, Some(Instant::now() + Duration::from_secs(1)));
         engine.stop(shared);
-        if let Some(mut r) = self.recovery.take() {
-            r.stop();
+        if let Some(mut c) = self.connections.take() {
+            c.stop();
         }
+        shared.close_parked(true);
         for s in &shared.slots {
             if let Some(mut r) = s.lock_conn().take() {
                 let _ = r.flush();
@@ -421,27 +442,6 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
-}
-
-/// Wraps an authenticated connection in a rail and hands it to the core.
-pub(crate) fn install(shared: &Shared, cfg: &Config, c: Conn) -> Result<(), Error> {
-    let spec = &cfg.rails[c.rail];
-    let bandwidth = spec.bandwidth.unwrap_or(c.hello.bandwidth);
-    let peer_addr = c.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-    let caps = RailCaps {
-        name: format!("{spec} -> {peer_addr}"),
-        bandwidth,
-        latency: Duration::ZERO,
-        max_frame: cfg.proto.limits.max_frame.min(c.hello.max_frame),
-    };
-    let tcp = TcpRail::new(c.stream, caps, cfg.proto.limits)?;
-    let rail: Box<dyn Rail> = match cfg.faults.get(c.rail).cloned().flatten() {
-        Some(f) => Box::new(FaultRail::new(tcp, f)),
-        None => Box::new(tcp),
-    };
-    let i = *shared.slot_index.get(&(c.peer, c.rail)).ok_or(Error::NoSuchPeer(c.peer))?;
-    shared.install(i, rail, CoreCaps { bandwidth, latency: Duration::ZERO }, c.hello.credits);
-    Ok(())
 }
 
 /// A send in progress.
@@ -516,7 +516,3 @@ pub enum Finished {
     Sent,
     Received(BytesMut, Status),
 }
-
-/// Keeps `Ordering` imported for readers of `kill_rail`.
-#[allow(dead_code)]
-fn _ordering(_: Ordering) {}

@@ -30,11 +30,11 @@
 
 mod bootstrap;
 mod config;
+mod connections;
 mod endpoint;
 mod engine;
 mod error;
 mod launch;
-mod recovery;
 mod shared;
 
 pub use bytes::{Bytes, BytesMut};

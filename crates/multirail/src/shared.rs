@@ -5,7 +5,7 @@
 //! Lock order: a rail connection first, then the core. Never the reverse.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,8 @@ use multirail_proto::core::{
 use multirail_proto::time::Time;
 use multirail_proto::wire::FrameHeader;
 use multirail_transport::{FrameSink, Rail, RailError};
+
+use crate::connections::{ConnId, ConnectQueue};
 
 /// Bytes pulled from the core into a rail's own queue ahead of the socket.
 const FILL_TARGET: usize = 1 << 20;
@@ -43,19 +45,54 @@ pub struct Slot {
     /// Someone queued output for this rail since it was last serviced.
     pub wake_pending: AtomicBool,
     pub waker: Mutex<Option<Arc<dyn Wake>>>,
+    /// Which connection `conn` is (taken with `conn` held, never alone
+    /// before it).
+    pub id: Mutex<Option<ConnId>>,
+    /// Highest connection generation seen for this rail.
+    pub max_gen: AtomicU32,
 }
 
 impl Slot {
+    pub fn new(peer: PeerId, rail: RailId, name: String) -> Slot {
+        Slot {
+            peer,
+            rail,
+            name,
+            conn: Mutex::new(None),
+            close_requested: AtomicBool::new(false),
+            wake_pending: AtomicBool::new(false),
+            waker: Mutex::new(None),
+            id: Mutex::new(None),
+            max_gen: AtomicU32::new(0),
+        }
+    }
+
     pub fn lock_conn(&self) -> MutexGuard<'_, Option<Box<dyn Rail>>> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    pub fn lock_id(&self) -> MutexGuard<'_, Option<ConnId>> {
+        self.id.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
+
+/// Most rail events kept for diagnostics (older ones are counted).
+const MAX_RAIL_EVENTS: usize = 256;
+
+/// A connection replaced by a newer one stays open (unused) this long
+/// before it is closed: the peer switches to the new connection too, and
+/// by then the old one's end of stream is no news to it (closed at once,
+/// the peer could take it for a failure of the rail it still uses).
+const PARK: Duration = Duration::from_secs(2);
 
 pub struct Inner {
     pub core: Core,
     pub done: HashMap<ReqId, Completion>,
-    /// Why rails failed, newest last (for diagnostics).
+    /// What happened to rails (failures, suspicions), oldest first, at
+    /// most [`MAX_RAIL_EVENTS`] (for diagnostics).
     pub rail_errors: Vec<(PeerId, RailId, String)>,
+    /// Rail events not kept in `rail_errors`.
+    pub rail_errors_dropped: u64,
     pub failures: Vec<PeerFailure>,
 }
 
@@ -67,6 +104,10 @@ pub struct Shared {
     pub slots: Vec<Arc<Slot>>,
     pub slot_index: HashMap<(PeerId, RailId), usize>,
     pub shutdown: AtomicBool,
+    /// Connections the core asked for, for the connector thread.
+    pub connect_q: ConnectQueue,
+    /// Replaced connections waiting to be closed (see [`PARK`]).
+    parked: Mutex<Vec<(Instant, Box<dyn Rail>)>>,
 }
 
 /// What servicing a slot found.
@@ -83,12 +124,20 @@ impl Shared {
     pub fn new(core: Core, slots: Vec<Arc<Slot>>) -> Shared {
         let slot_index = slots.iter().enumerate().map(|(i, s)| ((s.peer, s.rail), i)).collect();
         Shared {
-            inner: Mutex::new(Inner { core, done: HashMap::new(), rail_errors: Vec::new(), failures: Vec::new() }),
+            inner: Mutex::new(Inner {
+                core,
+                done: HashMap::new(),
+                rail_errors: Vec::new(),
+                rail_errors_dropped: 0,
+                failures: Vec::new(),
+            }),
             done_cv: Condvar::new(),
             origin: Instant::now(),
             slots,
             slot_index,
             shutdown: AtomicBool::new(false),
+            connect_q: ConnectQueue::default(),
+            parked: Mutex::new(Vec::new()),
         }
     }
 
@@ -136,8 +185,16 @@ impl Shared {
                 }
                 Event::RailDown { peer, rail, reason } => {
                     tracing::warn!(peer, rail, "rail down: {reason}");
-                    g.rail_errors.push((peer, rail, reason));
+                    g.note_rail(peer, rail, reason);
                     close.push((peer, rail));
+                }
+                Event::RailSuspect { peer, rail, reason } => {
+                    tracing::warn!(peer, rail, "rail suspect, routed around: {reason}");
+                    g.note_rail(peer, rail, format!("suspect: {reason}"));
+                }
+                Event::RailAlive { peer, rail } => {
+                    tracing::info!(peer, rail, "rail answered again");
+                    g.note_rail(peer, rail, "answered again".into());
                 }
                 Event::PeerFailed { failure } => {
                     tracing::error!("{failure}");
@@ -148,7 +205,16 @@ impl Shared {
             }
         }
         let wake = g.core.take_wakeups();
+        let mut dial = Vec::new();
+        if g.core.connect_due(now) {
+            while let Some(req) = g.core.poll_connect(now) {
+                dial.push(req);
+            }
+        }
         drop(g);
+        if !dial.is_empty() {
+            self.connect_q.push(dial);
+        }
         for (peer, rail) in close {
             if let Some(&i) = self.slot_index.get(&(peer, rail)) {
                 self.slots[i].close_requested.store(true, Ordering::Release);
@@ -183,6 +249,7 @@ impl Shared {
 
     /// Runs due timers; returns when the core next needs them.
     pub fn run_timers(&self) -> Option<Instant> {
+        self.close_parked(false);
         let next = self.with_core(|c, now| {
             if c.poll_timeout().is_some_and(|t| t <= now) {
                 c.handle_timeout(now);
@@ -199,6 +266,7 @@ impl Shared {
         let mut conn = s.lock_conn();
         if s.close_requested.swap(false, Ordering::AcqRel) {
             if let Some(rail) = conn.take() {
+                *s.lock_id() = None;
                 self.retire(s, rail);
             }
         }
@@ -265,18 +333,38 @@ impl Shared {
     /// message "being read" forever, and every re-sent copy of it would be
     /// dropped (the job would wedge).
     fn retire(&self, s: &Slot, mut rail: Box<dyn Rail>) {
+        self.reclaim(s, rail.as_mut());
+        rail.shutdown();
+    }
+
+    fn reclaim(&self, s: &Slot, rail: &mut dyn Rail) {
         if let Some((h, d)) = rail.take_partial() {
             self.with_core(|c, now| {
                 let _ = c.on_payload(s.peer, s.rail, &h, d, false, now);
             });
         }
-        rail.shutdown();
+    }
+
+    /// Closes parked connections older than [`PARK`] (all with `all`).
+    pub fn close_parked(&self, all: bool) {
+        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        if p.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let (old, keep): (Vec<_>, Vec<_>) = p.drain(..).partition(|(t, _)| all || now.duration_since(*t) >= PARK);
+        *p = keep;
+        drop(p);
+        for (_, mut r) in old {
+            r.shutdown();
+        }
     }
 
     /// Takes a failed rail out: the core hears of it, the socket closes.
     fn fail(&self, i: usize, conn: &mut Option<Box<dyn Rail>>, err: RailError) {
         let s = &self.slots[i];
         let Some(mut rail) = conn.take() else { return };
+        *s.lock_id() = None;
         let partial = rail.take_partial();
         rail.shutdown();
         let reason = err.to_string();
@@ -293,20 +381,37 @@ impl Shared {
         });
     }
 
-    /// Installs a (re)connected rail and tells the core it is up. A
-    /// connection it replaces is taken down first (its fragments move to
-    /// the other rails before this one rejoins).
-    pub fn install(&self, i: usize, rail: Box<dyn Rail>, caps: multirail_proto::core::RailCaps, credits: u64) {
+    /// Installs an authenticated connection for slot `i`, unless the slot
+    /// holds a connection that beats it (`connections`). A connection it
+    /// replaces is retired, and the core sends again what it held.
+    /// Returns whether the new connection was installed.
+    pub fn install(
+        &self,
+        i: usize,
+        rail: Box<dyn Rail>,
+        id: ConnId,
+        caps: multirail_proto::core::RailCaps,
+        credits: u64,
+    ) -> bool {
         let s = &self.slots[i];
         let mut conn = s.lock_conn();
-        if conn.is_some() {
-            self.fail(i, &mut conn, RailError::Replaced);
+        let mut cur = s.lock_id();
+        if conn.is_some() && cur.is_some_and(|c| !id.beats(&c)) {
+            return false;
+        }
+        s.max_gen.fetch_max(id.generation, Ordering::AcqRel);
+        *cur = Some(id);
+        drop(cur);
+        if let Some(mut old) = conn.take() {
+            self.reclaim(s, old.as_mut());
+            self.parked.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), old));
         }
         s.close_requested.store(false, Ordering::Release);
         *conn = Some(rail);
         self.with_core(|c, now| c.rail_up(s.peer, s.rail, caps, credits, now));
         drop(conn);
         self.wake_slot(i);
+        true
     }
 
     /// True if the core still wants rails to `peer` (it has not failed or
@@ -326,6 +431,16 @@ struct CoreSink<'a> {
     shared: &'a Shared,
     peer: PeerId,
     rail: RailId,
+}
+
+impl Inner {
+    fn note_rail(&mut self, peer: PeerId, rail: RailId, what: String) {
+        if self.rail_errors.len() < MAX_RAIL_EVENTS {
+            self.rail_errors.push((peer, rail, what));
+        } else {
+            self.rail_errors_dropped += 1;
+        }
+    }
 }
 
 impl FrameSink for CoreSink<'_> {

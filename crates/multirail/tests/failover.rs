@@ -32,14 +32,7 @@ fn stream_with_kill(
         });
         let results = job(
             2,
-            |_| {
-                Endpoint::builder()
-                    .progress(progress)
-                    .policy(policy)
-                    .key("k")
-                    .heartbeat(Duration::from_millis(50))
-                    .fault(1, fault.clone())
-            },
+            |_| Endpoint::builder().progress(progress).policy(policy).key("k").fault(1, fault.clone()),
             |ep| {
                 let t0 = Instant::now();
                 for round in 0..count / 16 {

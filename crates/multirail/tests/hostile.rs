@@ -48,9 +48,6 @@ fn rank_config(progress: Progress) -> Config {
     c.key = Some(KEY.to_vec());
     c.job_id = JOB;
     c.handshake_timeout = HANDSHAKE_TIMEOUT;
-    // The intruder sends no heartbeats; its rails must not time out
-    // during a test.
-    c.set_heartbeat(Duration::from_secs(5));
     c
 }
 
@@ -77,6 +74,12 @@ fn hello(rank: u32, rail: u16) -> LocalHello {
         max_frame: 16 << 20,
         credits: 8 << 20,
         nonce: nonce(),
+        // Each connection the intruder opens is newer than the last, so an
+        // endpoint gets to judge it (an older one is refused as superseded).
+        generation: {
+            static G: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+            G.fetch_add(1, Ordering::Relaxed)
+        },
     }
 }
 
@@ -562,7 +565,7 @@ fn handshake_wrong_job() {
 #[test]
 fn handshake_wrong_protocol_version() {
     handshake_attack(|addr| {
-        for version in [0u16, 2, 0xffff] {
+        for version in [0u16, 1, 3, 0xffff] {
             let mut b = hello_bytes(&hello(2, 1), KEY);
             b[8..10].copy_from_slice(&version.to_le_bytes());
             refused_with(addr, &b, RejectReason::Version);
@@ -789,10 +792,7 @@ fn peer_that_does_not_receive() {
     let failed = AtomicBool::new(false);
     job(
         2,
-        |r| {
-            Builder::new(config(2, if r == 0 { Progress::Polled } else { Progress::Threaded }))
-                .heartbeat(Duration::from_millis(300))
-        },
+        |r| Builder::new(config(2, if r == 0 { Progress::Polled } else { Progress::Threaded })),
         |ep| {
             let _a = scopeguard(&failed);
             if ep.rank() == 0 {
@@ -899,7 +899,10 @@ fn peer_whose_sockets_stop_reading() {
                 mib(rss_max)
             );
             assert!(rss_max.saturating_sub(rss_data) <= 128 << 20, "memory grew by {:.1} MiB", mib(rss_max - rss_data));
-            assert!(ep.rail_errors().is_empty(), "{:?}", ep.rail_errors());
+            // Its rails owe acknowledgements they never send: they are
+            // routed around (suspect), not failed.
+            let errs = ep.rail_errors();
+            assert!(errs.iter().all(|e| e.0 == 2 && e.2.starts_with("suspect")), "{errs:?}");
             assert!(!stuck.last().unwrap().test(), "sends to the stuck peer wait");
             assert!(ep.rail_stats(1).iter().all(|s| s.up));
             ctl.done_checking(0);

@@ -245,9 +245,9 @@ fn soak() {
     let switches: Vec<Arc<AtomicBool>> = (0..NRAILS).map(|_| Arc::new(AtomicBool::new(false))).collect();
     let make = |rank: u32| {
         let mut c = config(NRAILS, if rank == 0 { Progress::Polled } else { Progress::Threaded });
-        c.reconnect = Some(Duration::from_millis(100));
-        c.reconnect_max = Duration::from_millis(400);
-        let mut b = Builder::new(c).heartbeat(Duration::from_secs(1));
+        c.proto.connect_retry = Duration::from_millis(100);
+        c.proto.connect_retry_max = Duration::from_millis(400);
+        let mut b = Builder::new(c);
         for (k, sw) in switches.iter().enumerate() {
             b = b.fault(k, FaultConfig { kill_switch: Some(sw.clone()), ..Default::default() });
         }

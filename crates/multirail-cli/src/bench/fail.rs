@@ -1,8 +1,11 @@
-//! `--fail-rail RAIL@TIME[:for=DURATION]`: take a rail down during a run.
-//! In a testbed host the interface goes down (`ip link set railN down`);
-//! elsewhere the fault-injecting rail kills the rail's connections (and
-//! keeps killing reconnections until DURATION is over). Rank 0 samples the
-//! bytes delivered every millisecond and reports the longest stall.
+//! `--fail-rail RAIL@TIME[:for=DURATION|forever][:side=host0|host1]`: take
+//! a rail down during a run. In a testbed host the interface goes down
+//! (`ip link set railN down`, in host0 or in host1): nothing tells TCP, so
+//! multirail has to notice by itself. Elsewhere the fault-injecting rail
+//! kills the rail's connections (and keeps killing reconnections until
+//! DURATION is over). Rank 0 samples the bytes moved every millisecond and
+//! reports the longest stall, the throughput while the rail was down, and
+//! when the rail carried data again after it came back.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,13 +17,21 @@ use multirail::{Config, Endpoint, FaultConfig, RailStats};
 
 /// Set by the launcher for ranks inside testbed host N.
 pub const TESTBED_HOST: &str = "MULTIRAIL_TESTBED_HOST";
+/// Set by the launcher for ranks inside a testbed: its prefix.
+pub const TESTBED_PREFIX: &str = "MULTIRAIL_TESTBED_PREFIX";
 const SAMPLE: Duration = Duration::from_millis(1);
+/// The throughput during an outage is measured from this long after the
+/// failure (the time to notice it is the stall, reported apart).
+const SETTLE: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FailPlan {
     pub rail: usize,
     pub at: Duration,
+    /// `None`: down for the rest of the run.
     pub down_for: Option<Duration>,
+    /// Testbed host whose interface goes down.
+    pub side: usize,
 }
 
 /// `250ms`, `2s`, `1.5s`.
@@ -44,17 +55,32 @@ pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
 
 impl FailPlan {
     pub fn parse(s: &str) -> anyhow::Result<FailPlan> {
-        let usage = || format!("--fail-rail {s}: expected RAIL@TIME[:for=DURATION], e.g. 1@2s:for=500ms");
+        let usage = || {
+            format!(
+                "--fail-rail {s}: expected RAIL@TIME[:for=DURATION|forever][:side=host0|host1], \
+                 e.g. 1@2s:for=500ms or 1@300ms:for=forever:side=host1"
+            )
+        };
         let (rail, rest) = s.split_once('@').with_context(usage)?;
         let rail: usize = rail.trim().parse().with_context(usage)?;
-        let (at, down_for) = match rest.split_once(':') {
-            Some((a, f)) => {
-                let d = f.trim().strip_prefix("for=").with_context(usage)?;
-                (parse_duration(a)?, Some(parse_duration(d)?))
+        let mut parts = rest.split(':');
+        let at = parse_duration(parts.next().unwrap_or_default()).with_context(usage)?;
+        let mut plan = FailPlan { rail, at, down_for: None, side: 0 };
+        for p in parts {
+            match p.trim().split_once('=') {
+                Some(("for", "forever")) => plan.down_for = None,
+                Some(("for", d)) => plan.down_for = Some(parse_duration(d).with_context(usage)?),
+                Some(("side", h)) => {
+                    plan.side = match h.trim() {
+                        "host0" | "0" => 0,
+                        "host1" | "1" => 1,
+                        _ => bail!("{}: side must be host0 or host1", usage()),
+                    }
+                }
+                _ => bail!("{}", usage()),
             }
-            None => (parse_duration(rest)?, None),
-        };
-        Ok(FailPlan { rail, at, down_for })
+        }
+        Ok(plan)
     }
 
     /// Before the endpoint is built: arms the fault-injecting rail (rank 0
@@ -64,14 +90,21 @@ impl FailPlan {
             bail!("--fail-rail {}: there are only {} rails", self.rail, cfg.rails.len());
         }
         let switch = Arc::new(AtomicBool::new(false));
-        let testbed = std::env::var_os(TESTBED_HOST).is_some();
-        if rank == 0 && !testbed {
+        let testbed = std::env::var(TESTBED_PREFIX).ok().filter(|p| !p.is_empty());
+        if testbed.is_none() && self.side != 0 {
+            bail!("--fail-rail ...:side=host{}: sides exist only in a testbed (--testbed)", self.side);
+        }
+        if rank == 0 && testbed.is_none() {
             if cfg.faults.len() <= self.rail {
                 cfg.faults.resize(self.rail + 1, None);
             }
             cfg.faults[self.rail] = Some(FaultConfig { kill_switch: Some(switch.clone()), ..Default::default() });
         }
-        Ok(Injector { plan: self, switch, testbed })
+        let netns = match &testbed {
+            Some(p) => Some(multirail_testbed::Prefix::new(p)?.host_netns(self.side)),
+            None => None,
+        };
+        Ok(Injector { plan: self, switch, netns })
     }
 }
 
@@ -79,21 +112,28 @@ impl FailPlan {
 pub struct Injector {
     plan: FailPlan,
     switch: Arc<AtomicBool>,
-    testbed: bool,
+    /// Testbed host namespace whose interface goes down.
+    netns: Option<String>,
 }
+
+/// One sample: time, bytes moved on every rail, bytes on the failed rail,
+/// and whether the failed rail is usable (up, not suspect).
+type Sample = (Duration, u64, u64, bool);
 
 impl Injector {
     fn set_down(&self, down: bool) {
-        if !self.testbed {
+        let Some(netns) = &self.netns else {
             self.switch.store(down, Ordering::Release);
             return;
-        }
+        };
         let state = if down { "down" } else { "up" };
         let dev = format!("rail{}", self.plan.rail);
-        let ok =
-            std::process::Command::new("ip").args(["link", "set", &dev, state]).status().is_ok_and(|s| s.success());
+        let ok = std::process::Command::new("ip")
+            .args(["-n", netns, "link", "set", &dev, state])
+            .status()
+            .is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("multirail: --fail-rail: `ip link set {dev} {state}` failed");
+            eprintln!("multirail: --fail-rail: `ip -n {netns} link set {dev} {state}` failed");
         }
     }
 
@@ -103,15 +143,18 @@ impl Injector {
         let stop = AtomicBool::new(false);
         let before = ep.rail_stats(peer);
         let t0 = Instant::now();
+        let rail = self.plan.rail;
         let mut events: (Option<Duration>, Option<Duration>) = (None, None);
-        let mut samples: Vec<(Duration, u64)> = Vec::new();
+        let mut samples: Vec<Sample> = Vec::new();
         let r = std::thread::scope(|s| {
             let timer = s.spawn(|| self.drive(t0, &stop));
             let sampler = s.spawn(|| {
                 let mut v = Vec::new();
                 while !stop.load(Ordering::Acquire) {
-                    let moved: u64 = ep.rail_stats(peer).iter().map(|r| r.tx_bytes + r.rx_bytes).sum();
-                    v.push((t0.elapsed(), moved));
+                    let st = ep.rail_stats(peer);
+                    let moved: u64 = st.iter().map(|r| r.tx_bytes + r.rx_bytes).sum();
+                    let f = st.get(rail).map_or((0, false), |r| (r.tx_bytes + r.rx_bytes, r.up && !r.suspect));
+                    v.push((t0.elapsed(), moved, f.0, f.1));
                     std::thread::sleep(SAMPLE);
                 }
                 v
@@ -122,7 +165,8 @@ impl Injector {
             samples = sampler.join().unwrap_or_default();
             r
         });
-        if events.0.is_some() && events.1.is_none() && self.plan.down_for.is_none() {
+        if events.0.is_some() && events.1.is_none() {
+            // The rail stays down only for the run, not after it.
             self.set_down(false);
         }
         let report = FailReport {
@@ -130,6 +174,8 @@ impl Injector {
             down_at: events.0,
             up_at: events.1,
             stall: longest_stall(&samples, events.0),
+            outage_rate: outage_rate(&samples, events.0, events.1),
+            rejoined_after: rejoined(&samples, events.1),
             before,
             after: ep.rail_stats(peer),
             errors: ep.rail_errors(),
@@ -159,12 +205,12 @@ impl Injector {
 
 /// The longest time without any byte delivered, starting at or after the
 /// failure.
-fn longest_stall(samples: &[(Duration, u64)], from: Option<Duration>) -> Option<Duration> {
+fn longest_stall(samples: &[Sample], from: Option<Duration>) -> Option<Duration> {
     let from = from?;
     let mut best = Duration::ZERO;
     let mut since: Option<Duration> = None;
     for w in samples.windows(2) {
-        let ((t0, b0), (t1, b1)) = (w[0], w[1]);
+        let ((t0, b0, ..), (t1, b1, ..)) = (w[0], w[1]);
         if t1 < from {
             continue;
         }
@@ -178,12 +224,33 @@ fn longest_stall(samples: &[(Duration, u64)], from: Option<Duration>) -> Option<
     Some(best)
 }
 
+/// Bytes per second moved while the rail was down, from [`SETTLE`] after
+/// the failure to its end (or the end of the run); `None` if that is
+/// shorter than 100 ms.
+fn outage_rate(samples: &[Sample], down: Option<Duration>, up: Option<Duration>) -> Option<f64> {
+    let from = down? + SETTLE;
+    let until = up.unwrap_or(Duration::MAX);
+    let inside: Vec<&Sample> = samples.iter().filter(|s| s.0 >= from && s.0 <= until).collect();
+    let (first, last) = (inside.first()?, inside.last()?);
+    let span = last.0.checked_sub(first.0)?;
+    (span >= Duration::from_millis(100)).then(|| (last.1 - first.1) as f64 / span.as_secs_f64())
+}
+
+/// How long after the link came back the failed rail carried data again.
+fn rejoined(samples: &[Sample], up: Option<Duration>) -> Option<Duration> {
+    let up = up?;
+    let at_up = samples.iter().find(|s| s.0 >= up)?;
+    samples.iter().find(|s| s.0 >= up && s.3 && s.2 > at_up.2).map(|s| s.0 - up)
+}
+
 /// What happened around the failure.
 pub struct FailReport {
     plan: FailPlan,
     down_at: Option<Duration>,
     up_at: Option<Duration>,
     stall: Option<Duration>,
+    outage_rate: Option<f64>,
+    rejoined_after: Option<Duration>,
     before: Vec<RailStats>,
     after: Vec<RailStats>,
     errors: Vec<(u32, usize, String)>,
@@ -200,7 +267,8 @@ impl fmt::Display for FailReport {
                 ms(self.plan.at)
             )?,
             Some(t) => {
-                write!(f, "# fail-rail: rail {} down at {}", self.plan.rail, ms(t))?;
+                let side = if self.plan.side == 0 { String::new() } else { format!(" (in host{})", self.plan.side) };
+                write!(f, "# fail-rail: rail {}{side} down at {}", self.plan.rail, ms(t))?;
                 match self.up_at {
                     Some(u) => writeln!(f, ", back up at {}", ms(u))?,
                     None => writeln!(f, ", down for the rest of the run")?,
@@ -208,24 +276,40 @@ impl fmt::Display for FailReport {
                 if let Some(s) = self.stall {
                     writeln!(f, "# fail-rail: longest delivery stall after the failure: {}", ms(s))?;
                 }
+                if let Some(r) = self.outage_rate {
+                    writeln!(f, "# fail-rail: throughput while rail {} was down: {:.1} MB/s", self.plan.rail, r / 1e6)?;
+                }
+                match (self.up_at, self.rejoined_after) {
+                    (Some(_), Some(d)) => writeln!(
+                        f,
+                        "# fail-rail: rail {} carried data again {} after it came back",
+                        self.plan.rail,
+                        ms(d)
+                    )?,
+                    (Some(_), None) => {
+                        writeln!(f, "# fail-rail: rail {} carried no data after it came back", self.plan.rail)?
+                    }
+                    _ => {}
+                }
             }
         }
         writeln!(
             f,
-            "# {:<5} {:>16} {:>16} {:>6} {:>6} {:>6}",
-            "rail", "MB before", "MB during run", "retx", "lost", "downs"
+            "# {:<5} {:>16} {:>16} {:>6} {:>6} {:>6} {:>8}",
+            "rail", "MB before", "MB during run", "retx", "lost", "downs", "suspects"
         )?;
         for (i, (b, a)) in self.before.iter().zip(&self.after).enumerate() {
             let mb = |s: &RailStats| (s.tx_bytes + s.rx_bytes) as f64 / 1e6;
             writeln!(
                 f,
-                "# {:<5} {:>16.1} {:>16.1} {:>6} {:>6} {:>6}",
+                "# {:<5} {:>16.1} {:>16.1} {:>6} {:>6} {:>6} {:>8}",
                 i,
                 mb(b),
                 mb(a) - mb(b),
                 a.retransmits - b.retransmits,
                 a.lost - b.lost,
-                a.downs - b.downs
+                a.downs - b.downs,
+                a.suspects - b.suspects
             )?;
         }
         for (peer, rail, why) in &self.errors {
@@ -242,21 +326,47 @@ mod tests {
     #[test]
     fn parse_plans() {
         let p = FailPlan::parse("1@2s:for=500ms").unwrap();
-        assert_eq!((p.rail, p.at, p.down_for), (1, Duration::from_secs(2), Some(Duration::from_millis(500))));
+        assert_eq!(
+            (p.rail, p.at, p.down_for, p.side),
+            (1, Duration::from_secs(2), Some(Duration::from_millis(500)), 0)
+        );
         let p = FailPlan::parse("0@1.5s").unwrap();
         assert_eq!((p.rail, p.at, p.down_for), (0, Duration::from_millis(1500), None));
+        let p = FailPlan::parse("1@300ms:for=forever:side=host1").unwrap();
+        assert_eq!((p.down_for, p.side), (None, 1));
+        let p = FailPlan::parse("1@300ms:side=host1:for=3s").unwrap();
+        assert_eq!((p.down_for, p.side), (Some(Duration::from_secs(3)), 1));
         assert!(FailPlan::parse("1").is_err());
         assert!(FailPlan::parse("x@1s").is_err());
         assert!(FailPlan::parse("1@1s:500ms").is_err());
         assert!(FailPlan::parse("1@2").is_err());
+        assert!(FailPlan::parse("1@1s:side=host2").is_err());
+        let e = FailPlan::parse("1@1s:for=abc").unwrap_err();
+        assert!(format!("{e:#}").contains("--fail-rail"), "{e:#}");
+    }
+
+    fn sample(ms: u64, total: u64, rail: u64, usable: bool) -> Sample {
+        (Duration::from_millis(ms), total, rail, usable)
     }
 
     #[test]
-    fn stalls() {
+    fn stalls_rates_and_rejoins() {
         let ms = Duration::from_millis;
-        let s = vec![(ms(0), 0), (ms(1), 10), (ms(2), 10), (ms(3), 10), (ms(4), 20), (ms(5), 20), (ms(6), 30)];
+        let s: Vec<Sample> = [(0, 0), (1, 10), (2, 10), (3, 10), (4, 20), (5, 20), (6, 30)]
+            .iter()
+            .map(|&(t, b)| sample(t, b, 0, true))
+            .collect();
         assert_eq!(longest_stall(&s, Some(ms(0))), Some(ms(3) - ms(1)));
         assert_eq!(longest_stall(&s, Some(ms(4))), Some(ms(1)));
         assert_eq!(longest_stall(&s, None), None);
+        // Down at 0, 1 MB per ms from the settling time on, up at 500.
+        let s: Vec<Sample> = (0..1000u64).map(|t| sample(t, t * 1_000_000, 7, t >= 650)).collect();
+        let r = outage_rate(&s, Some(ms(0)), Some(ms(500))).unwrap();
+        assert!((r - 1e9).abs() < 1e6, "{r}");
+        assert_eq!(outage_rate(&s, Some(ms(0)), Some(ms(250))), None, "too short to tell");
+        // The rail's bytes grow again at 700 while usable from 650.
+        let s: Vec<Sample> = (0..1000u64).map(|t| sample(t, t, if t >= 700 { t } else { 5 }, t >= 650)).collect();
+        assert_eq!(rejoined(&s, Some(ms(500))), Some(ms(200)));
+        assert_eq!(rejoined(&s, None), None);
     }
 }

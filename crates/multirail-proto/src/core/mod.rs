@@ -3,27 +3,35 @@
 //! [`Core`] is everything one endpoint knows about its peers, with no IO.
 //! Its methods fall in four groups; call them in this order in a loop:
 //!
-//! * **setup**: [`Core::add_peer`], then [`Core::rail_up`] as each rail's
-//!   handshake completes (and [`Core::rail_down`] when one fails);
+//! * **setup**: [`Core::add_peer`]; then, as connections come and go,
+//!   [`Core::rail_up`] (a handshake completed; also for a connection that
+//!   replaces another), [`Core::rail_down`] (a connection failed loudly),
+//!   [`Core::connect_failed`] and [`Core::peer_unreachable`];
 //! * **application commands**: [`Core::isend`], [`Core::irecv`],
 //!   [`Core::close`];
 //! * **inputs from rails**: [`Core::on_header`] when a frame header was read
 //!   (it says where the payload goes), then [`Core::on_payload`] once the
-//!   payload is in; [`Core::on_sent`] when frames were written;
+//!   payload is in; [`Core::rail_activity`] while a long payload streams
+//!   in; [`Core::on_sent`] when frames were written;
 //!   [`Core::handle_timeout`] when the deadline from
 //!   [`Core::poll_timeout`] passes;
 //! * **outputs**: [`Core::poll_transmit`] per rail (frames to write, in
-//!   order), [`Core::poll_event`] (completed requests, rail and peer
-//!   failures), [`Core::take_wakeups`] (rails that have new output).
+//!   order), [`Core::poll_connect`] (connections to open),
+//!   [`Core::poll_event`] (completed requests, rail and peer news),
+//!   [`Core::take_wakeups`] (rails that have new output).
 //!
 //! Every input carries `now`; the core never reads a clock.
 //!
 //! Guarantees: messages from one peer are matched in the order they were
 //! sent, whatever rails their fragments took; every message is delivered
-//! exactly once while at least one rail to its peer lives; memory held for
+//! exactly once while at least one rail to its peer works; memory held for
 //! a peer is bounded by the credits we granted it plus the buffers the
-//! application posted, never by lengths a peer claims.
+//! application posted, never by lengths a peer claims. How rails and peers
+//! are judged alive is in [`liveness`]; which connections are opened when,
+//! in [`connect`].
 
+pub mod connect;
+pub mod liveness;
 mod rail;
 mod ranges;
 mod recv;
@@ -41,6 +49,8 @@ use crate::time::Time;
 use crate::wire::frame::Limits;
 use crate::wire::{FrameHeader, Op, WireError};
 
+pub use connect::{ConnectFailure, ConnectRequest};
+pub(crate) use rail::Owed;
 pub use rail::{RATE_WINDOW, RailStats};
 pub use ranges::RangeSet;
 pub use recvbuf::{Lease, RecvBuffer};
@@ -99,10 +109,26 @@ pub struct Config {
     pub rail_window: u64,
     pub rail_window_min: u64,
     pub rail_window_time: Duration,
-    /// Send a heartbeat on a rail idle this long (ZERO disables heartbeats).
-    pub heartbeat_interval: Duration,
-    /// Declare a rail down when nothing arrived on it for this long.
-    pub heartbeat_timeout: Duration,
+    /// Floor of the retransmission timeout (the excess round trip beyond
+    /// queueing after which an unacknowledged fragment makes its rail
+    /// suspect).
+    pub rto_min: Duration,
+    /// A rail that owes us an answer other than an acknowledgement and on
+    /// which nothing arrived this long is probed.
+    pub probe_interval: Duration,
+    /// Work pending with a peer and nothing from it on any rail this long:
+    /// the peer is declared dead.
+    pub peer_timeout: Duration,
+    /// A rail suspect this long gets a replacement connection (and again
+    /// each time an attempt fails, after the retry delay).
+    pub replace_after: Duration,
+    /// First delay before retrying a connection; doubles up to
+    /// `connect_retry_max`.
+    pub connect_retry: Duration,
+    pub connect_retry_max: Duration,
+    /// Open every rail to every peer at once (`true`), or each rail when a
+    /// message first needs it or the peer opens it (`false`).
+    pub eager_connect: bool,
 }
 
 impl Default for Config {
@@ -120,8 +146,13 @@ impl Default for Config {
             rail_window: 16 << 20,
             rail_window_min: 512 << 10,
             rail_window_time: Duration::from_millis(2),
-            heartbeat_interval: Duration::from_millis(250),
-            heartbeat_timeout: Duration::from_millis(1500),
+            rto_min: Duration::from_millis(20),
+            probe_interval: Duration::from_millis(200),
+            peer_timeout: Duration::from_secs(30),
+            replace_after: Duration::from_millis(500),
+            connect_retry: Duration::from_millis(100),
+            connect_retry_max: Duration::from_millis(500),
+            eager_connect: false,
         }
     }
 }
@@ -260,11 +291,39 @@ pub enum ProtocolError {
 /// Something the driver or application should know.
 #[derive(Debug)]
 pub enum Event {
-    SendDone { req: ReqId, result: Result<(), SendError> },
-    RecvDone { req: ReqId, result: Result<Status, RecvError>, buf: BytesMut },
-    RailDown { peer: PeerId, rail: RailId, reason: String },
-    PeerFailed { failure: PeerFailure },
-    PeerClosed { peer: PeerId },
+    SendDone {
+        req: ReqId,
+        result: Result<(), SendError>,
+    },
+    RecvDone {
+        req: ReqId,
+        result: Result<Status, RecvError>,
+        buf: BytesMut,
+    },
+    /// A rail's connection failed (the driver closes it).
+    RailDown {
+        peer: PeerId,
+        rail: RailId,
+        reason: String,
+    },
+    /// A rail owes an answer it did not give in time: it is routed around
+    /// until it answers a probe.
+    RailSuspect {
+        peer: PeerId,
+        rail: RailId,
+        reason: String,
+    },
+    /// A suspect rail answered and carries traffic again.
+    RailAlive {
+        peer: PeerId,
+        rail: RailId,
+    },
+    PeerFailed {
+        failure: PeerFailure,
+    },
+    PeerClosed {
+        peer: PeerId,
+    },
 }
 
 /// A receive posted and not yet matched.
@@ -288,7 +347,7 @@ pub(crate) struct Peer {
     pub scheds: Vec<Box<dyn Scheduler>>,
     // --- send side ---
     pub next_seq: u64,
-    /// Messages not started yet (waiting for credits), in order.
+    /// Messages not started yet (waiting for credits or a rail), in order.
     pub waiting: VecDeque<u64>,
     /// Started messages not yet fully acknowledged.
     pub out: BTreeMap<u64, OutMsg>,
@@ -296,33 +355,92 @@ pub(crate) struct Peer {
     pub sending: BTreeSet<u64>,
     /// Fragments to re-send after a rail failure: (seq, offset).
     pub retx: VecDeque<(u64, u64)>,
-    /// Eager credits left at the peer, known once its HELLO arrived.
-    pub credits: Option<u64>,
-    /// The peer's initial grant: returned credits never exceed it.
-    pub credit_grant: u64,
-    /// RTS announcements we may still send to the peer.
-    pub rts_credits: u64,
+    /// The peer's eager grant (from its HELLO), once a rail came up.
+    pub credit_grant: Option<u64>,
+    /// Eager credit charged so far, and the largest cumulative return the
+    /// peer reported: what is available is `grant - (spent - back)`.
+    pub credit_spent: u64,
+    pub credit_back: u64,
+    /// The same for RTS announcements (grant [`RTS_CREDITS`]).
+    pub rts_spent: u64,
+    pub rts_back: u64,
+    /// Every message below this was delivered by the peer (the largest
+    /// delivered prefix it reported).
+    pub acked_prefix: u64,
+    /// Since when a waiting message cannot start for lack of credit.
+    pub credit_blocked_since: Option<Time>,
+    /// Messages whose RTS must go again (state `RtsAgain`).
+    pub rts_again: BTreeSet<u64>,
     // --- receive side ---
     pub next_match: u64,
     pub inc: BTreeMap<u64, InMsg>,
-    /// Messages fully delivered (for dropping duplicates).
+    /// Messages fully delivered (for dropping duplicates, and the delivered
+    /// prefix we report).
     pub done: RangeSet,
     /// Credits the peer has used at our side and not got back.
     pub credit_used: u64,
-    /// Credits to give back in the next ACK.
-    pub credit_return: u64,
-    /// RTS announcements from the peer held at our side, and to give back.
+    /// Cumulative credits given back, and the values last reported.
+    pub credit_returned: u64,
+    pub credit_reported: u64,
+    /// RTS announcements from the peer held at our side; cumulative
+    /// returned and last reported.
     pub rts_used: u64,
-    pub rts_return: u64,
+    pub rts_returned: u64,
+    pub rts_reported: u64,
     pub ack_due: Option<Time>,
+    /// Receives posted that name this peer as the source, and since when
+    /// there has been at least one.
+    pub posted_from: u32,
+    pub posted_since: Time,
+    // --- liveness ---
+    /// When anything last arrived from the peer, on any rail (or work with
+    /// it began after a quiet time).
+    pub last_rx: Time,
+    pub next_ping: u64,
     // --- lifecycle ---
     pub failed: Option<PeerFailure>,
     pub closed_by_peer: bool,
 }
 
 impl Peer {
-    fn up_rails(&self) -> usize {
+    pub(crate) fn up_rails(&self) -> usize {
         self.rails.iter().filter(|r| r.up).count()
+    }
+
+    /// Eager credit we may still spend at the peer (0 before its HELLO).
+    pub(crate) fn credits(&self) -> u64 {
+        self.credit_grant.map_or(0, |g| g.saturating_sub(self.credit_spent - self.credit_back))
+    }
+
+    pub(crate) fn rts_credits(&self) -> u64 {
+        RTS_CREDITS.saturating_sub(self.rts_spent - self.rts_back)
+    }
+
+    /// The rail for a control frame: a usable rail with the least queued.
+    pub(crate) fn best_ctrl_rail(&self) -> Option<RailId> {
+        self.rails.iter().enumerate().filter(|(_, r)| r.usable()).min_by_key(|(_, r)| r.inflight).map(|(i, _)| i)
+    }
+
+    /// The rail for control frames that belong to `rail`: itself while it
+    /// is usable, else the best other one.
+    pub(crate) fn carrier(&self, rail: RailId) -> Option<RailId> {
+        if self.rails.get(rail).is_some_and(|r| r.usable()) { Some(rail) } else { self.best_ctrl_rail() }
+    }
+
+    /// `rail` owes us `what`, asked for at `at`.
+    pub(crate) fn owe(&mut self, rail: RailId, at: Time, what: rail::Owed) {
+        self.rails[rail].owing.insert((at, what));
+    }
+
+    /// `rail` no longer owes `what` (answered, or asked of another rail).
+    pub(crate) fn settle(&mut self, rail: RailId, at: Time, what: rail::Owed) {
+        self.rails[rail].owing.remove(&(at, what));
+    }
+
+    /// Nothing in progress either way (work starting now restarts the
+    /// silence clock).
+    fn idle(&self) -> bool {
+        self.out.is_empty() && self.waiting.is_empty() && self.posted_from == 0 && self.inc.is_empty()
     }
 }
 
@@ -338,6 +456,10 @@ pub struct Core {
     wakeups: BTreeSet<(PeerId, RailId)>,
     next_req: u64,
     closing: bool,
+    /// Something changed that may make [`Core::poll_connect`] return a
+    /// request; else it has nothing before `connect_next`.
+    connect_dirty: bool,
+    connect_next: Option<Time>,
 }
 
 impl Core {
@@ -356,6 +478,8 @@ impl Core {
             wakeups: BTreeSet::new(),
             next_req: 1,
             closing: false,
+            connect_dirty: true,
+            connect_next: None,
         }
     }
 
@@ -385,7 +509,16 @@ impl Core {
     /// Per-rail counters for `peer`.
     pub fn rail_stats(&self, peer: PeerId, now: Time) -> Vec<RailStats> {
         self.peers.get(&peer).map_or_else(Vec::new, |p| {
-            p.rails.iter().map(|r| RailStats { up: r.up, rate: r.est.rate(now) as u64, ..r.stats }).collect()
+            p.rails
+                .iter()
+                .map(|r| RailStats {
+                    up: r.up,
+                    suspect: r.suspect_since.is_some(),
+                    rate: r.est.rate(now) as u64,
+                    srtt_us: r.rtt.srtt.map_or(0, |d| d.as_micros() as u64),
+                    ..r.stats
+                })
+                .collect()
         })
     }
 
@@ -410,6 +543,57 @@ impl Core {
         self.peers.get(&peer).map_or(0, |p| p.credit_used)
     }
 
+    /// Checks the bookkeeping that ties messages to rails: what each rail
+    /// owes matches the messages' states, and bytes in flight match the
+    /// fragments. For tests (the simulator runs it as it goes).
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (&id, p) in &self.peers {
+            let n = p.rails.len();
+            let mut owing: Vec<BTreeSet<(Time, Owed)>> = vec![BTreeSet::new(); n];
+            let mut inflight = vec![0u64; n];
+            let mut written = vec![0u64; n];
+            for (&seq, m) in &p.out {
+                match m.state {
+                    send::OutState::Rts { rail } => {
+                        owing[rail].insert((m.rts_at, Owed::Cts(seq)));
+                    }
+                    send::OutState::RtsAgain if !p.rts_again.contains(&seq) => {
+                        return Err(format!("peer {id}: message {seq} must re-send its RTS but is not listed"));
+                    }
+                    _ => {}
+                }
+                for f in m.frags.values() {
+                    match f.state {
+                        send::FragState::Queued => inflight[f.rail] += f.len as u64,
+                        send::FragState::Written => {
+                            inflight[f.rail] += f.len as u64;
+                            written[f.rail] += f.len as u64;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            for (&seq, m) in &p.inc {
+                if let Some(r) = m.cts_rail {
+                    owing[r].insert((m.cts_at, Owed::Data(seq)));
+                }
+            }
+            for (i, r) in p.rails.iter().enumerate() {
+                if r.owing != owing[i] {
+                    return Err(format!("peer {id} rail {i}: owes {:?}, the messages say {:?}", r.owing, owing[i]));
+                }
+                if r.up && (r.inflight, r.written_unacked) != (inflight[i], written[i]) {
+                    return Err(format!(
+                        "peer {id} rail {i}: in flight {}/{} written, the fragments say {}/{}",
+                        r.inflight, r.written_unacked, inflight[i], written[i]
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn rail(&self, peer: PeerId, rail: RailId) -> Option<&RailState> {
         self.peers.get(&peer).and_then(|p| p.rails.get(rail))
     }
@@ -422,67 +606,97 @@ impl Core {
 
     // ----- setup -----
 
-    /// Declares a peer with `rails` rails, all down until [`Core::rail_up`].
+    /// Declares a peer with `rails` rails, none connected until
+    /// [`Core::rail_up`]. With `eager_connect` every rail is wanted at once.
     pub fn add_peer(&mut self, peer: PeerId, rails: usize) {
         let scheds = self.cfg.policy.tiers.iter().map(|(_, k)| self.factory.build(*k)).collect();
+        let retry = self.cfg.connect_retry;
         self.peers.insert(
             peer,
             Peer {
-                rails: (0..rails).map(|_| RailState::new()).collect(),
+                rails: (0..rails).map(|_| RailState::new(retry)).collect(),
                 scheds,
                 next_seq: 0,
                 waiting: VecDeque::new(),
                 out: BTreeMap::new(),
                 sending: BTreeSet::new(),
                 retx: VecDeque::new(),
-                credits: None,
-                credit_grant: 0,
-                rts_credits: RTS_CREDITS,
+                credit_grant: None,
+                credit_spent: 0,
+                credit_back: 0,
+                rts_spent: 0,
+                rts_back: 0,
+                acked_prefix: 0,
+                credit_blocked_since: None,
+                rts_again: BTreeSet::new(),
                 next_match: 0,
                 inc: BTreeMap::new(),
                 done: RangeSet::new(),
                 credit_used: 0,
-                credit_return: 0,
+                credit_returned: 0,
+                credit_reported: 0,
                 rts_used: 0,
-                rts_return: 0,
+                rts_returned: 0,
+                rts_reported: 0,
                 ack_due: None,
+                posted_from: 0,
+                posted_since: Time::ZERO,
+                last_rx: Time::ZERO,
+                next_ping: 1,
                 failed: None,
                 closed_by_peer: false,
             },
         );
+        if self.cfg.eager_connect {
+            self.want_rails(peer, None);
+        }
     }
 
-    /// A rail to `peer` is connected and authenticated. `credits` is the
-    /// unexpected-message allowance from the peer's HELLO.
+    /// A connection for `rail` to `peer` is established and authenticated.
+    /// `credits` is the unexpected-message allowance from the peer's HELLO.
+    /// If the rail was up already, the new connection replaces the old
+    /// one: what was unacknowledged or unanswered on the old one goes again.
     pub fn rail_up(&mut self, peer: PeerId, rail: RailId, caps: RailCaps, credits: u64, now: Time) {
         let Some(p) = self.peers.get_mut(&peer) else { return };
-        if p.failed.is_some() {
+        if p.failed.is_some() || rail >= p.rails.len() {
             return;
         }
-        let Some(r) = p.rails.get_mut(rail) else { return };
+        let replacing = p.rails[rail].up;
+        if replacing {
+            self.forget_connection(peer, rail, now);
+        }
+        let p = self.peers.get_mut(&peer).expect("checked");
+        let r = &mut p.rails[rail];
         r.up = true;
-        r.suspect = false;
         r.caps = caps;
         r.down_reason = None;
         r.last_rx = now;
         r.last_tx = now;
-        r.inflight = 0;
-        r.written_unacked = 0;
-        r.handed.clear();
-        r.written_log.clear();
-        r.clear_ctrl();
-        r.data.clear();
-        r.acks.clear();
-        r.ack_bytes = 0;
-        if p.credits.is_none() {
-            p.credits = Some(credits);
-            p.credit_grant = credits;
+        p.last_rx = p.last_rx.max(now);
+        if p.credit_grant.is_none() {
+            p.credit_grant = Some(credits);
         }
+        self.conn_up(peer, rail, now);
+        self.resend_stale_cts(peer, now);
         self.schedule(peer, now);
     }
 
-    /// A rail to `peer` failed. Its unacknowledged fragments move to the
-    /// surviving rails; if it was the last rail, the peer's requests fail.
+    /// The connection that carried `rail` is gone (failed or replaced):
+    /// its fragments and RTSs are sent again, CTSs it carried go again,
+    /// and credits it may have carried are reported again.
+    fn forget_connection(&mut self, peer: PeerId, rail: RailId, now: Time) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let r = &mut p.rails[rail];
+        r.up = false;
+        r.reset_connection();
+        self.requeue_rail(peer, rail, now);
+        self.report_credits_again(peer, now);
+    }
+
+    /// A connection for `rail` to `peer` failed (an error, end of stream,
+    /// a protocol violation). Its unacknowledged fragments move to the
+    /// other rails; the rail is reconnected later ([`connect`]). Once the
+    /// peer sent CLOSE, its last rail going down ends it quietly.
     pub fn rail_down(&mut self, peer: PeerId, rail: RailId, reason: &str, now: Time) {
         let Some(p) = self.peers.get_mut(&peer) else { return };
         let Some(r) = p.rails.get_mut(rail) else { return };
@@ -492,32 +706,22 @@ impl Core {
             }
             return;
         }
-        r.up = false;
+        self.forget_connection(peer, rail, now);
+        let p = self.peers.get_mut(&peer).expect("checked");
+        let r = &mut p.rails[rail];
         r.down_reason = Some(reason.to_string());
         r.stats.downs += 1;
-        r.clear_ctrl();
-        r.data.clear();
-        r.handed.clear();
-        r.written_log.clear();
-        r.inflight = 0;
-        r.written_unacked = 0;
-        // Ranges received but not yet acknowledged on this rail: the
-        // sender will re-send them and we will acknowledge the duplicates.
-        r.acks.clear();
-        r.ack_bytes = 0;
         let closed = p.closed_by_peer || self.closing;
         if !closed {
             self.events.push_back(Event::RailDown { peer, rail, reason: reason.to_string() });
         }
-        if p.up_rails() == 0 {
-            if closed {
-                self.peer_closed(peer);
-            } else {
-                self.fail_peer(peer);
-            }
+        self.conn_down(peer, rail, now);
+        let p = self.peers.get_mut(&peer).expect("checked");
+        if p.up_rails() == 0 && closed {
+            self.peer_closed(peer);
             return;
         }
-        self.requeue_rail(peer, rail, now);
+        self.resend_stale_cts(peer, now);
         self.schedule(peer, now);
     }
 
@@ -541,10 +745,15 @@ impl Core {
             self.events.push_back(Event::SendDone { req, result: Err(SendError::PeerClosed(peer)) });
             return req;
         }
+        if p.idle() {
+            p.last_rx = p.last_rx.max(now);
+        }
         let seq = p.next_seq;
         p.next_seq += 1;
+        let len = data.len() as u64;
         p.out.insert(seq, OutMsg::new(req, seq, tag, data));
         p.waiting.push_back(seq);
+        self.want_for_message(peer, len);
         self.schedule(peer, now);
         req
     }
@@ -570,6 +779,14 @@ impl Core {
                 self.events.push_back(Event::RecvDone { req, result: Err(err), buf: posted.buf });
                 return req;
             }
+            let p = self.peers.get_mut(&src).expect("peer_gone_error checked");
+            if p.idle() {
+                p.last_rx = p.last_rx.max(now);
+            }
+            if p.posted_from == 0 {
+                p.posted_since = now;
+            }
+            p.posted_from += 1;
         }
         self.posted.push_back(posted);
         req
@@ -629,21 +846,25 @@ impl Core {
         if !r.up {
             return None;
         }
-        if let Some(t) = r.pop_ctrl() {
-            r.handed.push_back(rail::Handed::Ctrl);
-            r.last_tx = now;
-            return Some(t);
+        let mut t = None;
+        if let Some(c) = r.pop_ctrl() {
+            r.handed.push_back(Self::handed_for(&c.header));
+            t = Some(c);
+        } else {
+            while let Some(f) = r.data.pop_front() {
+                let Some(msg) = p.out.get(&f.seq) else { continue };
+                let Some(d) = msg.transmit(f.offset, checksum) else { continue };
+                r.handed.push_back(rail::Handed::Frag { seq: f.seq, offset: f.offset });
+                r.stats.tx_bytes += d.payload.len() as u64;
+                r.stats.tx_frames += 1;
+                t = Some(d);
+                break;
+            }
         }
-        while let Some(f) = r.data.pop_front() {
-            let Some(msg) = p.out.get(&f.seq) else { continue };
-            let Some(t) = msg.transmit(f.offset, checksum) else { continue };
-            r.handed.push_back(rail::Handed::Frag { seq: f.seq, offset: f.offset });
-            r.last_tx = now;
-            r.stats.tx_bytes += t.payload.len() as u64;
-            r.stats.tx_frames += 1;
-            return Some(t);
-        }
-        None
+        let mut t = t?;
+        r.last_tx = now;
+        self.piggyback(peer, &mut t.header);
+        Some(t)
     }
 
     /// The earliest time [`Core::handle_timeout`] has work to do.
@@ -654,67 +875,42 @@ impl Core {
             if let Some(d) = p.ack_due {
                 at(d);
             }
-            for i in 0..p.rails.len() {
-                if p.rails[i].up {
-                    if let Some(d) = Self::rto_deadline(p, i) {
-                        at(d);
-                    }
-                }
+            if let Some(d) = self.liveness_deadline(p) {
+                at(d);
             }
-            if self.cfg.heartbeat_interval.is_zero() || p.failed.is_some() {
-                continue;
-            }
-            for r in p.rails.iter().filter(|r| r.up) {
-                if !r.has_output() {
-                    at(r.last_tx + self.cfg.heartbeat_interval);
-                }
-                at(r.last_rx + self.cfg.heartbeat_timeout);
-            }
+        }
+        if let Some(d) = self.connect_deadline() {
+            at(d);
         }
         t
     }
 
-    /// Runs timers: delayed acknowledgements, heartbeats, liveness checks.
+    /// Runs timers: delayed acknowledgements, retransmission timeouts,
+    /// probes, the peer timeout.
     pub fn handle_timeout(&mut self, now: Time) {
         let ids: Vec<PeerId> = self.peers.keys().copied().collect();
         for id in ids {
             if self.peers[&id].ack_due.is_some_and(|d| d <= now) {
                 self.flush_acks(id, now, true);
             }
-            self.expire_rto(id, now);
-            if self.cfg.heartbeat_interval.is_zero() {
-                continue;
-            }
-            let (interval, timeout) = (self.cfg.heartbeat_interval, self.cfg.heartbeat_timeout);
-            let mut dead = Vec::new();
-            let p = self.peers.get_mut(&id).expect("id from keys");
-            for (i, r) in p.rails.iter_mut().enumerate().filter(|(_, r)| r.up) {
-                if now.since(r.last_rx) >= timeout {
-                    dead.push(i);
-                } else if now.since(r.last_tx) >= interval && !r.has_output() {
-                    r.push_ctrl(Transmit { header: FrameHeader::new(Op::Heartbeat), payload: Bytes::new() });
-                    r.last_tx = now;
-                    self.wakeups.insert((id, i));
-                }
-            }
-            for i in dead {
-                let why = format!("no frame for {:?} (heartbeat timeout)", timeout);
-                self.rail_down(id, i, &why, now);
-            }
+            self.run_liveness(id, now);
         }
     }
 
-    /// Something arrived on a rail (part of a long payload, say): it is alive.
+    /// Bytes of a long payload arrived on a rail: the peer is there.
     pub fn rail_activity(&mut self, peer: PeerId, rail: RailId, now: Time) {
-        if let Some(r) = self.peers.get_mut(&peer).and_then(|p| p.rails.get_mut(rail)) {
-            r.last_rx = now;
-            r.suspect = false;
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.last_rx = now;
+            if let Some(r) = p.rails.get_mut(rail) {
+                r.last_rx = now;
+            }
         }
     }
 
     // ----- failure handling -----
 
     fn fail_peer(&mut self, peer: PeerId) {
+        self.connect_dirty = true;
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let failure = PeerFailure {
             peer,
@@ -747,6 +943,15 @@ impl Core {
         p.waiting.clear();
         p.sending.clear();
         p.retx.clear();
+        p.posted_from = 0;
+        p.credit_blocked_since = None;
+        p.rts_again.clear();
+        for r in p.rails.iter_mut() {
+            r.owing.clear();
+        }
+        for r in p.rails.iter_mut() {
+            r.conn.wanted = false;
+        }
         let incomplete: Vec<u64> = p.inc.iter().filter(|(_, m)| !m.is_complete()).map(|(s, _)| *s).collect();
         for seq in incomplete {
             let m = p.inc.remove(&seq).expect("seq from iter");

@@ -1,13 +1,14 @@
-//! Per-(peer, rail) state: liveness, output queues, bytes in flight,
-//! throughput and latency estimates, pending acknowledgements.
+//! Per-(peer, rail) state: connection, liveness, output queues, bytes in
+//! flight, throughput and round-trip estimates, pending acknowledgements.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::sched::RailView;
 use crate::time::Time;
-use crate::wire::{AckRange, FrameHeader};
+use crate::wire::{AckRange, FrameHeader, Op};
 
+use super::connect::ConnPlan;
 use super::{RailCaps, Transmit};
 
 /// What the core handed to the driver for one rail, in order, so that
@@ -15,6 +16,7 @@ use super::{RailCaps, Transmit};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Handed {
     Frag { seq: u64, offset: u64 },
+    Ping { id: u64 },
     Ctrl,
 }
 
@@ -39,10 +41,6 @@ pub(crate) struct RateEstimator {
     samples: VecDeque<(Time, f64)>,
     pub last_sample: Option<Time>,
     min_rtt: Option<Duration>,
-    /// Smoothed extra delay of acknowledgements beyond what our own queue
-    /// on the rail explains: the reverse path's queueing (traffic the other
-    /// way delays our ACKs).
-    pub ack_delay: Option<Duration>,
 }
 
 /// Samples older than this no longer count towards the estimate, so a
@@ -54,7 +52,7 @@ pub const RATE_WINDOW: Duration = Duration::from_millis(250);
 /// (4 MiB ping-pong on two rails took 0.556x one rail; with 1 ms, 0.506x).
 const MIN_SAMPLE_INTERVAL: Duration = Duration::from_micros(1000);
 
-/// What a fragment remembers about its rail when it was written.
+/// What a fragment (or a ping) remembers about its rail when it was written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SendStamp {
     pub sent_time: Time,
@@ -74,7 +72,6 @@ impl RateEstimator {
             samples: VecDeque::new(),
             last_sample: None,
             min_rtt: None,
-            ack_delay: None,
         }
     }
 
@@ -101,12 +98,6 @@ impl RateEstimator {
         self.first_sent_time = self.first_sent_time.max(stamp.sent_time);
         let rtt = now.since(stamp.sent_time);
         self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
-        let rate = self.rate(now);
-        if rate > 0.0 {
-            let own = Duration::from_secs_f64(stamp.queued as f64 / rate);
-            let extra = rtt.saturating_sub(own);
-            self.ack_delay = Some(self.ack_delay.map_or(extra, |d| (d * 7 + extra) / 8));
-        }
         let send_elapsed = stamp.sent_time.since(stamp.first_sent_time);
         let ack_elapsed = now.since(stamp.delivered_time);
         let interval = send_elapsed.max(ack_elapsed);
@@ -147,6 +138,8 @@ impl RateEstimator {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RailStats {
     pub up: bool,
+    /// Up, but routed around: it owes an answer it did not give in time.
+    pub suspect: bool,
     /// Payload bytes of EAGER/DATA frames written (including retransmissions).
     pub tx_bytes: u64,
     pub tx_frames: u64,
@@ -158,14 +151,102 @@ pub struct RailStats {
     pub retransmits: u64,
     /// Fragments written on this rail that never arrived.
     pub lost: u64,
-    /// Times this rail went down.
+    /// Times this rail went down (its connection failed).
     pub downs: u64,
+    /// Times this rail became suspect.
+    pub suspects: u64,
+    /// Times a connection for this rail came up (first one included).
+    pub connects: u64,
     /// Current throughput estimate, bytes/s.
     pub rate: u64,
+    /// Smoothed round-trip time beyond queueing (what the retransmission
+    /// timeout is built from), microseconds.
+    pub srtt_us: u64,
+}
+
+/// Round-trip estimation, RFC 6298 style, of the *excess* round trip: the
+/// time an acknowledgement (or a PONG) took beyond what the bytes queued
+/// ahead of it on the rail explain. Queueing grows and shrinks with load;
+/// the excess is what is left: propagation, the peer's acknowledgement
+/// delay, scheduling noise.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Rtt {
+    pub srtt: Option<Duration>,
+    pub rttvar: Duration,
+}
+
+impl Rtt {
+    pub fn sample(&mut self, r: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                let diff = s.abs_diff(r);
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((s * 7 + r) / 8);
+            }
+        }
+    }
+
+    /// `srtt + 4 rttvar`, at least `min`; before any sample, `initial`.
+    pub fn timeout(&self, min: Duration, initial: Duration) -> Duration {
+        match self.srtt {
+            Some(s) => (s + self.rttvar * 4).max(min),
+            None => initial.max(min),
+        }
+    }
+}
+
+/// Memory of a path that was recently slow: a suspicion that a probe's
+/// answer ended soon (a stall, not an outage) sets a floor under the
+/// retransmission timeout, twice that round trip (at most [`SLOW_CAP`]),
+/// halving every second. Per-fragment samples alone forget a stall within
+/// milliseconds, so a peer that keeps stalling would be suspected each time.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SlowFloor {
+    floor: Duration,
+    at: Time,
+}
+
+/// Highest floor a slow episode sets.
+pub const SLOW_CAP: Duration = Duration::from_millis(500);
+
+impl SlowFloor {
+    pub fn get(&self, now: Time) -> Duration {
+        let halvings = now.since(self.at).as_secs_f64();
+        self.floor.mul_f64(0.5f64.powf(halvings))
+    }
+
+    pub fn stalled(&mut self, rtt: Duration, now: Time) {
+        self.floor = self.get(now).max(rtt * 2).min(SLOW_CAP);
+        self.at = now;
+    }
+}
+
+/// An answer a rail owes us (see [`RailState::owing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Owed {
+    /// The CTS for our RTS of message `seq`.
+    Cts(u64),
+    /// The first DATA for our CTS of the peer's message `seq`.
+    Data(u64),
+}
+
+/// A probe in flight on a rail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ping {
+    pub id: u64,
+    /// Set once the driver wrote it (the timeout runs from then).
+    pub stamp: Option<SendStamp>,
+    /// When the core queued it.
+    pub queued_at: Time,
 }
 
 #[derive(Debug)]
 pub(crate) struct RailState {
+    /// A connection is established (it may be suspect).
     pub up: bool,
     pub caps: RailCaps,
     pub ctrl: VecDeque<Transmit>,
@@ -183,21 +264,33 @@ pub(crate) struct RailState {
     /// Bytes written to the driver and not yet acknowledged.
     pub written_unacked: u64,
     pub est: RateEstimator,
+    pub rtt: Rtt,
+    pub slow: SlowFloor,
     pub last_tx: Time,
+    /// When a frame (or part of a long payload) last arrived.
     pub last_rx: Time,
     pub last_used: Option<Time>,
-    /// A fragment timed out on this rail: no new data goes to it until a
-    /// frame arrives on it (proof of life) or it is declared down.
-    pub suspect: bool,
+    /// Since when the rail is suspect: it owed an answer it did not give
+    /// in time. No new data goes to it; its unacknowledged data moved.
+    pub suspect_since: Option<Time>,
+    /// A PONG answering a ping numbered at least this ends the suspicion.
+    pub clears_from: u64,
+    /// The probe in flight, if any (at most one per rail).
+    pub ping: Option<Ping>,
+    /// Answers this rail owes us other than acknowledgements, by when they
+    /// were asked for: the CTS for an RTS it carried, the first DATA for a
+    /// CTS it carried (see `liveness`).
+    pub owing: BTreeSet<(Time, Owed)>,
     /// Ranges received on this rail and not yet acknowledged.
     pub acks: Vec<AckRange>,
     pub ack_bytes: u64,
     pub down_reason: Option<String>,
+    pub conn: ConnPlan,
     pub stats: RailStats,
 }
 
 impl RailState {
-    pub fn new() -> RailState {
+    pub fn new(connect_retry: Duration) -> RailState {
         RailState {
             up: false,
             caps: RailCaps::default(),
@@ -209,15 +302,27 @@ impl RailState {
             inflight: 0,
             written_unacked: 0,
             est: RateEstimator::new(),
+            rtt: Rtt::default(),
+            slow: SlowFloor::default(),
             last_tx: Time::ZERO,
             last_rx: Time::ZERO,
             last_used: None,
-            suspect: false,
+            suspect_since: None,
+            clears_from: 0,
+            ping: None,
+            owing: BTreeSet::new(),
             acks: Vec::new(),
             ack_bytes: 0,
             down_reason: None,
+            conn: ConnPlan::new(connect_retry),
             stats: RailStats::default(),
         }
+    }
+
+    /// Up and not suspect: new data, control frames and acknowledgements
+    /// may go here.
+    pub fn usable(&self) -> bool {
+        self.up && self.suspect_since.is_none()
     }
 
     pub fn push_ctrl(&mut self, t: Transmit) {
@@ -236,8 +341,36 @@ impl RailState {
         self.ctrl_bytes = 0;
     }
 
+    /// Removes the queued control frames that may travel on another rail
+    /// (everything but probes, which test this rail).
+    pub fn take_movable_ctrl(&mut self) -> Vec<Transmit> {
+        let (keep, moved): (VecDeque<Transmit>, VecDeque<Transmit>) =
+            std::mem::take(&mut self.ctrl).into_iter().partition(|t| t.header.op == Op::Heartbeat);
+        self.ctrl = keep;
+        self.ctrl_bytes = self.ctrl.iter().map(|t| FrameHeader::LEN + t.payload.len()).sum();
+        moved.into()
+    }
+
     pub fn has_output(&self) -> bool {
         self.up && (!self.ctrl.is_empty() || !self.data.is_empty())
+    }
+
+    /// Forgets everything about the connection that carried this rail
+    /// (what was queued, written, in flight or pending acknowledgement);
+    /// the caller moves the fragments elsewhere first.
+    pub fn reset_connection(&mut self) {
+        self.clear_ctrl();
+        self.data.clear();
+        self.handed.clear();
+        self.written_log.clear();
+        self.inflight = 0;
+        self.written_unacked = 0;
+        // Ranges received but not yet acknowledged on this connection: the
+        // sender will re-send them and we will acknowledge the duplicates.
+        self.acks.clear();
+        self.ack_bytes = 0;
+        self.ping = None;
+        self.suspect_since = None;
     }
 
     /// Bytes this rail may have in flight: `time` worth at its measured
@@ -245,9 +378,9 @@ impl RailState {
     /// commitments short, so a wrong throughput estimate costs little; it
     /// grows with the rail's speed so fast rails stay busy.
     pub fn window(&self, min: u64, max: u64, time: Duration, now: Time) -> u64 {
-        // Cover how late acknowledgements come back too: with traffic the
-        // other way they queue behind it.
-        let t = time + self.est.ack_delay.unwrap_or_default();
+        // Cover the excess round trip too: with traffic the other way,
+        // acknowledgements queue behind it.
+        let t = time + self.rtt.srtt.unwrap_or_default();
         let by_rate = (self.est.rate(now) * t.as_secs_f64()) as u64;
         by_rate.clamp(min.min(max), max)
     }
@@ -255,7 +388,7 @@ impl RailState {
     pub fn view(&self, w: &super::WindowCfg, now: Time) -> RailView {
         let rate = self.est.rate(now);
         RailView {
-            up: self.up && !self.suspect,
+            up: self.usable(),
             inflight: self.inflight,
             window: self.window(w.min, w.max, w.time, now),
             rate,
@@ -263,6 +396,20 @@ impl RailState {
             latency: self.est.latency().unwrap_or(self.caps.latency),
             last_sample: self.est.last_sample,
             last_used: self.last_used,
+        }
+    }
+
+    /// Throughput to convert queued bytes into time with: measured, else
+    /// advertised, else a pessimistic 1 MB/s (a timeout computed from it is
+    /// long rather than wrong).
+    pub fn drain_rate(&self, now: Time) -> f64 {
+        let r = self.est.rate(now);
+        if r > 0.0 {
+            r
+        } else if self.caps.bandwidth > 0 {
+            self.caps.bandwidth as f64
+        } else {
+            1e6
         }
     }
 
@@ -279,6 +426,15 @@ impl RailState {
             }
         }
         self.acks.push(AckRange { seq, offset, len });
+    }
+
+    /// Drops pending ranges of messages below `prefix` (a piggybacked
+    /// delivered prefix acknowledged them all).
+    pub fn drop_acked_below(&mut self, prefix: u64) {
+        if self.acks.iter().any(|a| a.seq < prefix) {
+            self.acks.retain(|a| a.seq >= prefix);
+            self.ack_bytes = self.acks.iter().map(|a| a.len as u64).sum();
+        }
     }
 }
 
@@ -322,8 +478,38 @@ mod tests {
     }
 
     #[test]
-    fn acks_merge() {
-        let mut r = RailState::new();
+    fn rtt_follows_rfc6298() {
+        let ms = Duration::from_millis;
+        let mut r = Rtt::default();
+        assert_eq!(r.timeout(ms(20), ms(200)), ms(200), "no sample: the initial timeout");
+        r.sample(ms(4));
+        assert_eq!((r.srtt, r.rttvar), (Some(ms(4)), ms(2)));
+        assert_eq!(r.timeout(ms(1), ms(200)), ms(12));
+        assert_eq!(r.timeout(ms(20), ms(200)), ms(20), "never below the floor");
+        for _ in 0..50 {
+            r.sample(ms(4));
+        }
+        assert!(r.timeout(ms(1), ms(200)) < ms(5), "steady samples shrink the variance");
+        r.sample(ms(100));
+        assert!(r.timeout(ms(1), ms(200)) > ms(90), "a jump widens it at once");
+    }
+
+    #[test]
+    fn a_slow_episode_sets_a_floor_that_decays() {
+        let ms = Duration::from_millis;
+        let t = |n: u64| Time::ZERO + ms(n);
+        let mut s = SlowFloor::default();
+        assert_eq!(s.get(t(0)), Duration::ZERO);
+        s.stalled(ms(150), t(1000));
+        assert_eq!(s.get(t(1000)), ms(300));
+        assert_eq!(s.get(t(2000)), ms(150));
+        s.stalled(ms(400), t(3000));
+        assert_eq!(s.get(t(3000)), SLOW_CAP, "capped");
+    }
+
+    #[test]
+    fn acks_merge_and_drop_below_a_prefix() {
+        let mut r = RailState::new(Duration::from_millis(100));
         r.note_received(1, 0, 10);
         r.note_received(1, 10, 10);
         r.note_received(2, 0, 5);
@@ -331,5 +517,8 @@ mod tests {
         assert_eq!(r.acks.len(), 3);
         assert_eq!(r.acks[0], AckRange { seq: 1, offset: 0, len: 20 });
         assert_eq!(r.ack_bytes, 30);
+        r.drop_acked_below(2);
+        assert_eq!(r.acks, vec![AckRange { seq: 2, offset: 0, len: 5 }]);
+        assert_eq!(r.ack_bytes, 5);
     }
 }

@@ -83,6 +83,15 @@ impl RangeSet {
         }
     }
 
+    /// End of the range starting at 0, i.e. the first value not in the
+    /// set when the set starts at 0 (else 0).
+    pub fn prefix(&self) -> u64 {
+        match self.map.first_key_value() {
+            Some((0, &e)) => e,
+            _ => 0,
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.map.iter().map(|(a, b)| (*a, *b))
     }
@@ -106,6 +115,9 @@ mod tests {
         assert!(!r.contains(4, 6));
         assert!(r.overlaps(44, 50));
         assert!(!r.overlaps(45, 50));
+        assert_eq!(r.prefix(), 0, "does not start at 0");
+        r.insert(0, 5);
+        assert_eq!(r.prefix(), 45);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::wire::{Flags, FrameHeader, Op, frame::payload_checksum};
 
 use super::recvbuf::RecvBuffer;
 use super::{
-    Core, Event, MESSAGE_OVERHEAD, PayloadDest, PeerId, Posted, ProtocolError, RTS_CREDITS, RailId, RangeSet,
+    Core, Event, MESSAGE_OVERHEAD, Owed, PayloadDest, PeerId, Posted, ProtocolError, RTS_CREDITS, RailId, RangeSet,
     RecvError, ReqId, SEQ_WINDOW, Status, Transmit,
 };
 use crate::time::Time;
@@ -56,6 +56,10 @@ pub(crate) struct InMsg {
     pub rts_rail: RailId,
     pub cts_sent: bool,
     pub cts_resends: u8,
+    /// The rail the CTS went on while no DATA arrived yet (that rail owes
+    /// us the data, see `liveness`), and when it went.
+    pub cts_rail: Option<RailId>,
+    pub cts_at: Time,
 }
 
 impl InMsg {
@@ -73,6 +77,8 @@ impl InMsg {
             rts_rail: rail,
             cts_sent: false,
             cts_resends: 0,
+            cts_rail: None,
+            cts_at: Time::ZERO,
         }
     }
 
@@ -110,8 +116,8 @@ impl InMsg {
         Ok(())
     }
 
-    /// Where the payload of `hdr` goes.
-    fn dest_for(&mut self, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
+    /// Where the payload of `hdr`, arriving on `rail`, goes.
+    fn dest_for(&mut self, hdr: &FrameHeader, rail: RailId) -> Result<PayloadDest, ProtocolError> {
         let (off, len) = (hdr.offset, hdr.frag_len as u64);
         if self.received.contains(off, off + len) && (len > 0 || self.frames > 0) {
             // A duplicate (re-sent after a rail failure): compare it.
@@ -124,10 +130,18 @@ impl InMsg {
             return Err(ProtocolError::Inconsistent { seq: hdr.seq, what: "fragment overlaps an earlier one" });
         }
         Ok(match &mut self.buf {
-            InBuf::Own(b) | InBuf::User(b) => match b.lease(off, len) {
+            InBuf::Own(b) | InBuf::User(b) => match b.lease(off, len, rail) {
                 Some(l) => PayloadDest::Lease(l),
-                // The same range is being read on another rail right now.
-                None => PayloadDest::Discard,
+                None => match b.holder(off, len) {
+                    // Another rail went quiet in the middle of this
+                    // fragment, and the sender re-sent it here: the silent
+                    // rail's piece is given up, this copy is read instead.
+                    Some(h) if h != rail => {
+                        b.abandon(off);
+                        b.lease(off, len, rail).map_or(PayloadDest::Discard, PayloadDest::Lease)
+                    }
+                    _ => PayloadDest::Discard,
+                },
             },
             InBuf::None | InBuf::Discard => PayloadDest::Discard,
         })
@@ -153,20 +167,26 @@ impl Core {
             Some(r) if r.up && r.ctrl_bytes >= MAX_CTRL_BACKLOG => {
                 return Err(ProtocolError::ControlBacklog { bytes: r.ctrl_bytes });
             }
-            Some(r) if r.up => {
-                r.last_rx = now;
-                r.suspect = false;
-            }
+            Some(r) if r.up => r.last_rx = now,
             // A rail we declared down: the driver is closing it.
             _ => return Ok(PayloadDest::Discard),
         }
+        p.last_rx = now;
+        if hdr.flags.contains(Flags::ACKED) {
+            let prefix = p.widen_prefix(hdr.aux).ok_or(ProtocolError::BogusAck { seq: hdr.aux as u64 })?;
+            self.rx_prefix(peer, prefix, now)?;
+        }
+        let p = self.peers.get_mut(&peer).expect("checked above");
         match hdr.op {
             Op::Eager => self.rx_eager(peer, rail, hdr, now),
-            Op::Data => self.rx_data(peer, hdr),
+            Op::Data => self.rx_data(peer, rail, hdr),
             Op::Rts => self.rx_rts(peer, rail, hdr, now).map(|_| PayloadDest::None),
             Op::Cts => self.rx_cts(peer, hdr, now).map(|_| PayloadDest::None),
             Op::Ack => Ok(PayloadDest::Scratch(vec![0; hdr.payload_len()])),
-            Op::Heartbeat => Ok(PayloadDest::None),
+            Op::Heartbeat => {
+                self.rx_heartbeat(peer, rail, hdr, now);
+                Ok(PayloadDest::None)
+            }
             Op::Close => {
                 p.closed_by_peer = true;
                 Ok(PayloadDest::None)
@@ -214,10 +234,16 @@ impl Core {
                 let bad_sum =
                     complete && hdr.flags.contains(Flags::CHECKSUM) && payload_checksum(&lease.buf) != hdr.checksum;
                 let p = self.peers.get_mut(&peer).expect("checked above");
+                let mut current = true;
                 if let Some(m) = p.inc.get_mut(&hdr.seq) {
                     if let InBuf::Own(b) | InBuf::User(b) = &mut m.buf {
-                        b.give_back(lease);
+                        current = b.give_back(lease);
                     }
+                }
+                if !current {
+                    // Abandoned for a copy on another rail: these bytes
+                    // are not used (nor acknowledged).
+                    return Ok(());
                 }
                 if bad_sum {
                     return Err(ProtocolError::Checksum { seq: hdr.seq, offset: hdr.offset });
@@ -304,10 +330,10 @@ impl Core {
         }
         let m = self.peers.get_mut(&peer).expect("checked").inc.get_mut(&seq).expect("present");
         m.check_same(hdr, seq)?;
-        m.dest_for(hdr)
+        m.dest_for(hdr, rail)
     }
 
-    fn rx_data(&mut self, peer: PeerId, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
+    fn rx_data(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
         let seq = hdr.seq;
         if self.is_done(peer, seq) {
             return Ok(PayloadDest::Discard);
@@ -318,7 +344,13 @@ impl Core {
             return Err(ProtocolError::UnannouncedData { seq });
         }
         m.check_same(hdr, seq)?;
-        m.dest_for(hdr)
+        // The data started: the CTS got through.
+        if let Some(r) = m.cts_rail.take() {
+            let at = m.cts_at;
+            p.settle(r, at, Owed::Data(seq));
+        }
+        let m = p.inc.get_mut(&seq).expect("checked above");
+        m.dest_for(hdr, rail)
     }
 
     fn rx_rts(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) -> Result<(), ProtocolError> {
@@ -336,10 +368,15 @@ impl Core {
             // The sender re-sent its RTS (its first rail failed): answer
             // on the rail it uses now.
             m.rts_rail = rail;
-            if m.cts_sent && m.cts_resends < MAX_CTS_RESENDS {
+            if let Some(old) = m.cts_rail.filter(|_| m.cts_sent && m.cts_resends < MAX_CTS_RESENDS) {
                 m.cts_resends += 1;
                 // Our CTS may have died with a rail: send it again.
+                let was = m.cts_at;
+                m.cts_rail = Some(rail);
+                m.cts_at = now;
                 let cts = cts_frame(seq, m.tag, m.total, false);
+                p.settle(old, was, Owed::Data(seq));
+                p.owe(rail, now, Owed::Data(seq));
                 p.rails[rail].push_ctrl(cts);
                 self.wakeups.insert((peer, rail));
             }
@@ -369,6 +406,10 @@ impl Core {
             match self.posted.iter().position(|x| x.matches(peer, tag)) {
                 Some(i) => {
                     let posted = self.posted.remove(i).expect("index from position");
+                    if posted.src == Some(peer) {
+                        let p = self.peers.get_mut(&peer).expect("caller checked");
+                        p.posted_from = p.posted_from.saturating_sub(1);
+                    }
                     self.attach(peer, seq, posted, now);
                 }
                 None => self.unexpected.push_back((peer, seq)),
@@ -376,16 +417,17 @@ impl Core {
         }
     }
 
-    /// Gives back a message's credits (its bytes left our memory).
+    /// Gives back a message's credits (its bytes left our memory). The
+    /// counters are cumulative; they travel in the next ACK or PONG.
     fn return_credit(&mut self, peer: PeerId, credit: u64, now: Time) {
         let quarter = (self.cfg.unexpected_limit / 4).max(1);
         let p = self.peers.get_mut(&peer).expect("caller checked");
-        if credit == 0 && p.rts_return == 0 {
+        if credit == 0 && p.rts_returned == p.rts_reported {
             return;
         }
         p.credit_used = p.credit_used.saturating_sub(credit);
-        p.credit_return += credit;
-        if p.credit_return >= quarter || p.rts_return >= RTS_CREDITS / 4 {
+        p.credit_returned += credit;
+        if p.credit_returned - p.credit_reported >= quarter || p.rts_returned - p.rts_reported >= RTS_CREDITS / 4 {
             self.flush_acks(peer, now, true);
         } else if p.ack_due.is_none() {
             p.ack_due = Some(now + self.cfg.ack_delay);
@@ -409,7 +451,7 @@ impl Core {
             m.cts_sent = true;
             m.buf = InBuf::User(RecvBuffer::new(buf));
             let credit = std::mem::take(&mut m.credit);
-            self.answer_rts(peer, seq, false);
+            self.answer_rts(peer, seq, false, now);
             credit
         } else if matches!(m.buf, InBuf::None) {
             // Matched before any byte arrived: receive in place.
@@ -437,7 +479,7 @@ impl Core {
             m.buf = InBuf::Discard;
         } else {
             // Tell the sender not to send the data.
-            self.answer_rts(peer, seq, true);
+            self.answer_rts(peer, seq, true, now);
             let p = self.peers.get_mut(&peer).expect("caller checked");
             p.inc.remove(&seq);
             p.done.insert(seq, seq + 1);
@@ -447,16 +489,33 @@ impl Core {
     }
 
     /// Answers the RTS of message `seq` with a CTS (DISCARD when the
-    /// receive is too small), on the rail the RTS came by or else the first
-    /// rail up, and gives the sender its RTS credit back.
-    fn answer_rts(&mut self, peer: PeerId, seq: u64, discard: bool) {
+    /// receive is too small), on the rail the RTS came by if it is usable,
+    /// else the best usable rail, and gives the sender its RTS credit back.
+    fn answer_rts(&mut self, peer: PeerId, seq: u64, discard: bool, now: Time) {
         let p = self.peers.get_mut(&peer).expect("caller checked");
-        let m = &p.inc[&seq];
-        let rail = if p.rails[m.rts_rail].up { m.rts_rail } else { p.rails.iter().position(|r| r.up).unwrap_or(0) };
+        let Some(rail) = p.carrier(p.inc[&seq].rts_rail).or_else(|| p.rails.iter().position(|r| r.up)) else {
+            // No rail at all: the CTS goes when one comes up.
+            let m = p.inc.get_mut(&seq).expect("caller checked");
+            if !discard {
+                let rail = m.rts_rail;
+                m.cts_rail = Some(rail);
+                m.cts_at = now;
+                p.owe(rail, now, Owed::Data(seq));
+            }
+            p.rts_used -= 1;
+            p.rts_returned += 1;
+            return;
+        };
+        let m = p.inc.get_mut(&seq).expect("caller checked");
         let cts = cts_frame(seq, m.tag, m.total, discard);
+        if !discard {
+            m.cts_rail = Some(rail);
+            m.cts_at = now;
+            p.owe(rail, now, Owed::Data(seq));
+        }
         p.rails[rail].push_ctrl(cts);
         p.rts_used -= 1;
-        p.rts_return += 1;
+        p.rts_returned += 1;
         self.wakeups.insert((peer, rail));
     }
 
@@ -521,6 +580,9 @@ impl Core {
             return; // complete but unexpected: waits for a receive
         }
         let mut m = p.inc.remove(&seq).expect("present");
+        if let Some(r) = m.cts_rail.take() {
+            p.settle(r, m.cts_at, Owed::Data(seq));
+        }
         p.done.insert(seq, seq + 1);
         let status = Status { peer, tag: m.tag, len: m.total };
         let credit = std::mem::take(&mut m.credit);
@@ -539,39 +601,37 @@ impl Core {
         self.return_credit(peer, credit, now);
     }
 
-    /// Queues an ACK with every pending range of `rail` (and the credits
-    /// to return).
-    fn flush_rail_acks(&mut self, peer: PeerId, rail: RailId) {
+    /// Queues an ACK with every pending range of `rail` (and the credit
+    /// counters), on `rail` while it is usable, else on the best usable
+    /// rail (the ranges still say which fragments arrived).
+    pub(crate) fn flush_rail_acks(&mut self, peer: PeerId, rail: RailId) {
         let max_ranges = (self.cfg.limits.max_frame as usize / crate::wire::AckRange::LEN).clamp(1, 4096);
         let p = self.peers.get_mut(&peer).expect("caller checked");
+        let Some(carrier) = p.carrier(rail) else { return };
         let r = &mut p.rails[rail];
-        if !r.up {
-            return;
-        }
         let ranges = std::mem::take(&mut r.acks);
         r.ack_bytes = 0;
-        let mut credit = std::mem::take(&mut p.credit_return);
-        let mut rts = std::mem::take(&mut p.rts_return);
         let mut chunks: Vec<&[crate::wire::AckRange]> = ranges.chunks(max_ranges).collect();
         if chunks.is_empty() {
-            if credit == 0 && rts == 0 {
-                return;
-            }
             chunks.push(&[]);
         }
+        p.credit_reported = p.credit_returned;
+        p.rts_reported = p.rts_returned;
         for c in chunks {
             let repr = crate::wire::AckRepr { ranges: c.to_vec() };
             let mut h = FrameHeader::new(Op::Ack);
-            h.total_len = std::mem::take(&mut credit);
-            h.tag = std::mem::take(&mut rts);
+            // `seq` (the delivered prefix) is filled in when it leaves.
+            h.total_len = p.credit_returned;
+            h.tag = p.rts_returned;
             h.aux = c.len() as u32;
             h.frag_len = repr.buffer_len() as u32;
-            r.push_ctrl(Transmit { header: h, payload: Bytes::from(repr.to_vec()) });
+            p.rails[carrier].push_ctrl(Transmit { header: h, payload: Bytes::from(repr.to_vec()) });
         }
-        self.wakeups.insert((peer, rail));
+        self.wakeups.insert((peer, carrier));
     }
 
-    /// Sends every pending acknowledgement of `peer` now.
+    /// Sends every pending acknowledgement of `peer` now; with
+    /// `include_credit`, also credit counters not reported yet.
     pub(crate) fn flush_acks(&mut self, peer: PeerId, _now: Time, include_credit: bool) {
         let p = self.peers.get_mut(&peer).expect("caller checked");
         p.ack_due = None;
@@ -581,15 +641,50 @@ impl Core {
             self.flush_rail_acks(peer, *rail);
         }
         let p = self.peers.get_mut(&peer).expect("caller checked");
-        if include_credit && (p.credit_return > 0 || p.rts_return > 0) {
-            if let Some(rail) = p.rails.iter().position(|r| r.up) {
+        let unreported = p.credit_returned > p.credit_reported || p.rts_returned > p.rts_reported;
+        if include_credit && unreported {
+            if let Some(rail) = p.best_ctrl_rail() {
                 self.flush_rail_acks(peer, rail);
             }
         }
     }
+
+    /// Stamps an outgoing frame with our delivered prefix (ACK: in `seq`;
+    /// any other frame: low 32 bits in `aux`, flag ACKED). Pending ranges
+    /// of messages below it need no ACK of their own any more.
+    pub(crate) fn piggyback(&mut self, peer: PeerId, h: &mut FrameHeader) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let prefix = p.done.prefix();
+        if h.op == Op::Ack {
+            h.seq = prefix;
+        } else {
+            h.flags = h.flags.with(Flags::ACKED);
+            h.aux = prefix as u32;
+        }
+        for r in p.rails.iter_mut() {
+            r.drop_acked_below(prefix);
+        }
+        let settled = p.rails.iter().all(|r| r.acks.is_empty())
+            && p.credit_returned == p.credit_reported
+            && p.rts_returned == p.rts_reported;
+        if settled {
+            p.ack_due = None;
+        }
+    }
 }
 
-fn cts_frame(seq: u64, tag: u64, total: u64, discard: bool) -> Transmit {
+impl super::Peer {
+    /// The full delivered prefix from its low 32 bits, relative to what we
+    /// sent: it lies in `[next_seq - 2^32, next_seq]`. `None` if no such
+    /// value exists (the peer claims messages we never sent).
+    pub(crate) fn widen_prefix(&self, low: u32) -> Option<u64> {
+        let hi = self.next_seq;
+        let cand = (hi & !0xffff_ffff) | low as u64;
+        if cand <= hi { Some(cand) } else { cand.checked_sub(1 << 32) }
+    }
+}
+
+pub(crate) fn cts_frame(seq: u64, tag: u64, total: u64, discard: bool) -> Transmit {
     let mut h = FrameHeader::new(Op::Cts);
     h.seq = seq;
     h.tag = tag;

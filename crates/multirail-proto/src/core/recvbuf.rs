@@ -6,6 +6,13 @@
 //! the piece for one fragment (a lease), reads the payload into it and
 //! gives it back; once every piece is home the buffer is joined again
 //! (`BytesMut::unsplit`, O(1) for neighbours) and handed to the user.
+//!
+//! A rail can go silent in the middle of a payload, holding its lease. When
+//! the same fragment arrives again on another rail, the silent rail's
+//! lease is *abandoned*: a fresh piece takes its place, and the old piece,
+//! if it ever comes back, is dropped. The joined buffer is then a copy
+//! (the pieces are no longer neighbours), which only happens after a
+//! failure.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +23,17 @@ pub struct RecvBuffer {
     /// Pieces at home, by offset. Together with the leased pieces they
     /// tile `[0, len)`.
     home: BTreeMap<u64, BytesMut>,
+    /// Pieces out on lease, by offset.
+    leases: BTreeMap<u64, LeaseInfo>,
     len: u64,
-    leased: usize,
+    next_id: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LeaseInfo {
+    len: u64,
+    id: u64,
+    holder: usize,
 }
 
 /// A piece of a [`RecvBuffer`] lent out for one fragment.
@@ -25,6 +41,7 @@ pub struct RecvBuffer {
 pub struct Lease {
     pub offset: u64,
     pub buf: BytesMut,
+    id: u64,
 }
 
 impl RecvBuffer {
@@ -32,7 +49,7 @@ impl RecvBuffer {
         let len = buf.len() as u64;
         let mut home = BTreeMap::new();
         home.insert(0, buf);
-        RecvBuffer { home, len, leased: 0 }
+        RecvBuffer { home, leases: BTreeMap::new(), len, next_id: 0 }
     }
 
     pub fn len(&self) -> u64 {
@@ -43,13 +60,14 @@ impl RecvBuffer {
         self.len == 0
     }
 
+    /// Pieces out on lease.
     pub fn leased(&self) -> usize {
-        self.leased
+        self.leases.len()
     }
 
-    /// Lends `[offset, offset + len)`. Returns `None` if any of it is out
-    /// on another lease or beyond the buffer.
-    pub fn lease(&mut self, offset: u64, len: u64) -> Option<Lease> {
+    /// Lends `[offset, offset + len)` to `holder` (a rail). Returns `None`
+    /// if any of it is out on another lease or beyond the buffer.
+    pub fn lease(&mut self, offset: u64, len: u64, holder: usize) -> Option<Lease> {
         let end = offset.checked_add(len)?;
         if end > self.len {
             return None;
@@ -67,15 +85,44 @@ impl RecvBuffer {
         if !tail.is_empty() {
             self.home.insert(end, tail);
         }
-        self.leased += 1;
-        Some(Lease { offset, buf: mid })
+        self.next_id += 1;
+        let id = self.next_id;
+        if len > 0 {
+            self.leases.insert(offset, LeaseInfo { len, id, holder });
+        } else {
+            // An empty piece: nothing to join later, but count it as out.
+            self.leases.insert(offset, LeaseInfo { len: 0, id, holder });
+        }
+        Some(Lease { offset, buf: mid, id })
+    }
+
+    /// Who holds exactly `[offset, offset + len)` on lease, if anyone.
+    pub fn holder(&self, offset: u64, len: u64) -> Option<usize> {
+        self.leases.get(&offset).filter(|l| l.len == len).map(|l| l.holder)
+    }
+
+    /// Gives up the lease at `offset`: a fresh piece takes its place at
+    /// home; the old piece is dropped if it ever comes back.
+    pub fn abandon(&mut self, offset: u64) {
+        if let Some(l) = self.leases.remove(&offset) {
+            if l.len > 0 {
+                self.home.insert(offset, BytesMut::zeroed(l.len as usize));
+            }
+        }
     }
 
     /// Takes a lease back (filled or not; the caller tracks which).
-    pub fn give_back(&mut self, lease: Lease) {
-        self.leased = self.leased.saturating_sub(1);
-        if !lease.buf.is_empty() {
-            self.home.insert(lease.offset, lease.buf);
+    /// Returns false for an abandoned lease, whose bytes must not be used.
+    pub fn give_back(&mut self, lease: Lease) -> bool {
+        match self.leases.get(&lease.offset) {
+            Some(l) if l.id == lease.id => {
+                self.leases.remove(&lease.offset);
+                if !lease.buf.is_empty() {
+                    self.home.insert(lease.offset, lease.buf);
+                }
+                true
+            }
+            _ => false,
         }
     }
 
@@ -100,7 +147,7 @@ impl RecvBuffer {
 
     /// Joins the pieces into one buffer. Only valid with no lease out.
     pub fn into_inner(mut self) -> BytesMut {
-        debug_assert_eq!(self.leased, 0, "joining a buffer with pieces out on lease");
+        debug_assert!(self.leases.is_empty(), "joining a buffer with pieces out on lease");
         let mut pieces = std::mem::take(&mut self.home).into_values();
         let mut whole = pieces.next().unwrap_or_default();
         for p in pieces {
@@ -119,18 +166,18 @@ mod tests {
         let v = vec![0u8; 1000];
         let base = v.as_ptr();
         let mut rb = RecvBuffer::new(BytesMut::from(bytes::Bytes::from(v)));
-        let mut a = rb.lease(100, 200).unwrap();
-        let mut b = rb.lease(600, 400).unwrap();
-        assert!(rb.lease(150, 10).is_none(), "overlaps a lease");
-        assert!(rb.lease(900, 200).is_none(), "beyond the end");
-        let mut c = rb.lease(0, 100).unwrap();
+        let mut a = rb.lease(100, 200, 0).unwrap();
+        let mut b = rb.lease(600, 400, 1).unwrap();
+        assert!(rb.lease(150, 10, 2).is_none(), "overlaps a lease");
+        assert!(rb.lease(900, 200, 2).is_none(), "beyond the end");
+        let mut c = rb.lease(0, 100, 0).unwrap();
         a.buf.fill(1);
         b.buf.fill(2);
         c.buf.fill(3);
         rb.give_back(b);
         rb.give_back(a);
         rb.give_back(c);
-        let mut d = rb.lease(300, 300).unwrap();
+        let mut d = rb.lease(300, 300, 0).unwrap();
         d.buf.fill(4);
         rb.give_back(d);
         assert_eq!(rb.leased(), 0);
@@ -146,21 +193,41 @@ mod tests {
     #[test]
     fn copy_out_spans_pieces() {
         let mut rb = RecvBuffer::new(BytesMut::from(&(0u8..100).collect::<Vec<_>>()[..]));
-        let l = rb.lease(40, 10).unwrap();
+        let l = rb.lease(40, 10, 0).unwrap();
         rb.give_back(l);
         let mut out = [0u8; 30];
         assert!(rb.copy_out(30, &mut out));
         assert_eq!(out[0], 30);
         assert_eq!(out[29], 59);
-        let l = rb.lease(40, 10).unwrap();
+        let l = rb.lease(40, 10, 0).unwrap();
         assert!(!rb.copy_out(30, &mut out), "a piece is out");
         rb.give_back(l);
     }
 
     #[test]
+    fn an_abandoned_lease_is_replaced_and_its_bytes_ignored() {
+        let mut rb = RecvBuffer::new(BytesMut::from(&[7u8; 100][..]));
+        let mut stuck = rb.lease(20, 30, 1).unwrap();
+        assert_eq!(rb.holder(20, 30), Some(1));
+        assert!(rb.lease(20, 30, 0).is_none(), "still out");
+        rb.abandon(20);
+        let mut again = rb.lease(20, 30, 0).unwrap();
+        again.buf.fill(9);
+        assert!(rb.give_back(again));
+        stuck.buf.fill(1);
+        assert!(!rb.give_back(stuck), "the abandoned piece is refused");
+        assert_eq!(rb.leased(), 0);
+        let whole = rb.into_inner();
+        assert_eq!(whole.len(), 100);
+        assert!(whole[..20].iter().all(|&x| x == 7));
+        assert!(whole[20..50].iter().all(|&x| x == 9), "the fresh piece's bytes, not the stale ones");
+        assert!(whole[50..].iter().all(|&x| x == 7));
+    }
+
+    #[test]
     fn empty_buffer() {
         let mut rb = RecvBuffer::new(BytesMut::new());
-        let l = rb.lease(0, 0).unwrap();
+        let l = rb.lease(0, 0, 0).unwrap();
         rb.give_back(l);
         assert_eq!(rb.into_inner().len(), 0);
     }

@@ -12,7 +12,7 @@ use crate::time::Time;
 use crate::wire::{AckRepr, Flags, FrameHeader, Op, frame::payload_checksum};
 
 use super::rail::{FragRef, Handed, SendStamp};
-use super::{Core, Event, MESSAGE_OVERHEAD, PeerId, ProtocolError, RailId, ReqId, Transmit};
+use super::{Core, Event, MESSAGE_OVERHEAD, Owed, Peer, PeerId, ProtocolError, RailId, ReqId, Transmit};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OutState {
@@ -20,6 +20,9 @@ pub(crate) enum OutState {
     Waiting,
     /// RTS sent on `rail`; waiting for CTS.
     Rts { rail: RailId },
+    /// The RTS must go (again) as soon as a rail is usable: the one it went
+    /// on failed or is suspect.
+    RtsAgain,
     /// Data being assigned and written.
     Sending,
 }
@@ -53,6 +56,8 @@ pub(crate) struct OutMsg {
     pub data: Bytes,
     pub eager: bool,
     pub state: OutState,
+    /// When the RTS was (last) handed out.
+    pub rts_at: Time,
     pub tier: usize,
     pub plan: Option<Plan>,
     /// Fragments by offset.
@@ -72,6 +77,7 @@ impl OutMsg {
             data,
             eager: false,
             state: OutState::Waiting,
+            rts_at: Time::ZERO,
             tier: 0,
             plan: None,
             frags: BTreeMap::new(),
@@ -126,8 +132,8 @@ impl OutMsg {
 }
 
 impl Core {
-    /// Starts waiting messages, re-sends orphaned fragments and assigns
-    /// new chunks to rails with room, for one peer.
+    /// Starts waiting messages, re-sends orphaned fragments and RTSs and
+    /// assigns new chunks to rails with room, for one peer.
     pub(crate) fn schedule(&mut self, peer: PeerId, now: Time) {
         let (eager_limit, window, chunk, rank) =
             (self.cfg.eager_limit, self.cfg.window_cfg(), self.cfg.chunk, self.cfg.rank);
@@ -138,29 +144,53 @@ impl Core {
         let mut views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
         let mut woken = Vec::new();
 
+        // 0. RTSs whose rail failed go again, in order.
+        if let Some(rail) = least_loaded(&views) {
+            for seq in std::mem::take(&mut p.rts_again) {
+                let Some(m) = p.out.get_mut(&seq).filter(|m| m.state == OutState::RtsAgain) else { continue };
+                m.state = OutState::Rts { rail };
+                m.rts_at = now;
+                p.rails[rail].push_ctrl(m.rts(true));
+                p.owe(rail, now, Owed::Cts(seq));
+                woken.push(rail);
+            }
+        }
+
         // 1. Start messages in order while the peer's credits allow.
+        let mut blocked = false;
         while let Some(&seq) = p.waiting.front() {
-            let Some(credits) = p.credits else { break };
+            if p.credit_grant.is_none() {
+                break;
+            }
+            let (credits, rts_credits) = (p.credits(), p.rts_credits());
             let m = p.out.get_mut(&seq).expect("waiting messages are in out");
             let len = m.len();
             if len <= eager_limit && credits >= len + MESSAGE_OVERHEAD {
-                p.credits = Some(credits - len - MESSAGE_OVERHEAD);
+                p.credit_spent += len + MESSAGE_OVERHEAD;
                 m.eager = true;
                 m.state = OutState::Sending;
                 m.tier = self.cfg.policy.tier_of(len);
                 let info = MessageInfo { len, rank, peer };
                 m.plan = Some(p.scheds[m.tier].start(&info, &views, chunk, now));
                 p.sending.insert(seq);
-            } else if p.rts_credits > 0 {
+            } else if rts_credits > 0 {
                 let Some(rail) = least_loaded(&views) else { break };
-                p.rts_credits -= 1;
+                p.rts_spent += 1;
                 m.state = OutState::Rts { rail };
+                m.rts_at = now;
                 p.rails[rail].push_ctrl(m.rts(false));
+                p.owe(rail, now, Owed::Cts(seq));
                 woken.push(rail);
             } else {
+                blocked = true;
                 break;
             }
             p.waiting.pop_front();
+        }
+        if blocked {
+            p.credit_blocked_since.get_or_insert(now);
+        } else {
+            p.credit_blocked_since = None;
         }
 
         // 2. Fragments orphaned by a failed rail go first, in order.
@@ -231,7 +261,14 @@ impl Core {
         let mut done = Vec::new();
         for _ in 0..n {
             let Some(h) = r.handed.pop_front() else { break };
-            let Handed::Frag { seq, offset } = h else { continue };
+            let (seq, offset) = match h {
+                Handed::Frag { seq, offset } => (seq, offset),
+                Handed::Ping { id } => {
+                    Self::ping_written(r, id, now);
+                    continue;
+                }
+                Handed::Ctrl => continue,
+            };
             let Some(m) = p.out.get_mut(&seq) else { continue };
             let Some(f) = m.frags.get_mut(&offset) else { continue };
             if f.state != FragState::Queued || f.rail != rail {
@@ -274,9 +311,18 @@ impl Core {
             return Err(ProtocolError::UnknownMessage { op: hdr.op, seq: hdr.seq });
         }
         let Some(m) = p.out.get_mut(&hdr.seq) else { return Ok(()) }; // duplicate
-        if !matches!(m.state, OutState::Rts { .. }) {
-            return Ok(()); // duplicate CTS after an RTS retransmission
+        match m.state {
+            OutState::Rts { rail } => {
+                let at = m.rts_at;
+                p.settle(rail, at, Owed::Cts(hdr.seq));
+            }
+            OutState::RtsAgain => {
+                p.rts_again.remove(&hdr.seq);
+            }
+            // A duplicate CTS after an RTS retransmission.
+            _ => return Ok(()),
         }
+        let m = p.out.get_mut(&hdr.seq).expect("checked above");
         if hdr.flags.contains(Flags::DISCARD) {
             // The receiver's buffer is too small: MPI completes the send.
             let req = m.req;
@@ -294,8 +340,9 @@ impl Core {
         Ok(())
     }
 
-    /// Handles an ACK payload: marks fragments delivered, feeds the rate
-    /// estimators and takes back returned credits.
+    /// Handles an ACK: the delivered prefix (`seq`), cumulative credits
+    /// (`total_len`, `tag`) and received ranges, which mark fragments
+    /// delivered and feed the rate and round-trip estimators.
     pub(crate) fn rx_ack(
         &mut self,
         peer: PeerId,
@@ -304,6 +351,8 @@ impl Core {
         now: Time,
     ) -> Result<(), ProtocolError> {
         let ack = AckRepr::parse(payload, hdr.aux)?;
+        self.rx_prefix(peer, hdr.seq, now)?;
+        self.take_credits(peer, hdr.total_len, hdr.tag);
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let mut touched = Vec::new();
         for range in &ack.ranges {
@@ -318,20 +367,10 @@ impl Core {
                 if off + f.len as u64 > end || f.state == FragState::Acked {
                     continue;
                 }
-                let r = &mut p.rails[f.rail];
-                match f.state {
-                    FragState::Written => {
-                        r.inflight = r.inflight.saturating_sub(f.len as u64);
-                        r.written_unacked = r.written_unacked.saturating_sub(f.len as u64);
-                        r.est.on_ack(f.len as u64, &f.stamp, now);
-                    }
-                    FragState::Queued => r.inflight = r.inflight.saturating_sub(f.len as u64),
-                    FragState::Orphaned | FragState::Acked => {}
-                }
+                ack_frag(&mut p.rails, f, now);
                 if !touched.contains(&f.rail) {
                     touched.push(f.rail);
                 }
-                f.state = FragState::Acked;
                 m.unacked -= 1;
                 if !f.ever_written {
                     // Acknowledged before we wrote it (only a misbehaving
@@ -347,22 +386,64 @@ impl Core {
         }
         for rail in touched {
             detect_losses(p, rail);
+            trim_written_log(p, rail);
         }
-        if let Some(c) = p.credits.as_mut() {
-            *c = c.saturating_add(hdr.total_len).min(p.credit_grant);
-        }
-        p.rts_credits = p.rts_credits.saturating_add(hdr.tag).min(super::RTS_CREDITS);
         self.release_acked(peer);
         self.schedule(peer, now);
         Ok(())
     }
 
-    /// After `rail` failed: its unacknowledged fragments become orphans
-    /// for the survivors, and RTSs sent on it are sent again.
+    /// The peer delivered every message below `prefix`: their fragments
+    /// are acknowledged. A prefix older than one already known is stale
+    /// (it travelled on a slower rail) and changes nothing.
+    pub(crate) fn rx_prefix(&mut self, peer: PeerId, prefix: u64, now: Time) -> Result<(), ProtocolError> {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        if prefix > p.next_seq {
+            return Err(ProtocolError::BogusAck { seq: prefix });
+        }
+        if prefix <= p.acked_prefix {
+            return Ok(());
+        }
+        let from = p.acked_prefix;
+        p.acked_prefix = prefix;
+        let seqs: Vec<u64> = p.out.range(from..prefix).map(|(s, _)| *s).collect();
+        if let Some(&seq) = seqs.iter().find(|s| p.out[s].state == OutState::Waiting) {
+            return Err(ProtocolError::BogusAck { seq });
+        }
+        for seq in seqs {
+            let mut m = p.out.remove(&seq).expect("from range");
+            if let OutState::Rts { rail } = m.state {
+                p.settle(rail, m.rts_at, Owed::Cts(seq));
+            }
+            p.rts_again.remove(&seq);
+            for f in m.frags.values_mut().filter(|f| f.state != FragState::Acked) {
+                ack_frag(&mut p.rails, f, now);
+            }
+            p.sending.remove(&seq);
+            if !m.completed {
+                self.events.push_back(Event::SendDone { req: m.req, result: Ok(()) });
+            }
+        }
+        p.retx.retain(|(s, _)| *s >= prefix);
+        for rail in 0..p.rails.len() {
+            trim_written_log(p, rail);
+        }
+        Ok(())
+    }
+
+    /// Takes cumulative credit counters from an ACK or PONG. Counters only
+    /// grow, so a stale report (from a slower rail) changes nothing, and
+    /// never beyond what we spent.
+    pub(crate) fn take_credits(&mut self, peer: PeerId, eager_total: u64, rts_total: u64) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        p.credit_back = p.credit_back.max(eager_total.min(p.credit_spent));
+        p.rts_back = p.rts_back.max(rts_total.min(p.rts_spent));
+    }
+
+    /// After `rail` failed or turned suspect: its unacknowledged fragments
+    /// become orphans for the other rails, and RTSs sent on it go again.
     pub(crate) fn requeue_rail(&mut self, peer: PeerId, rail: RailId, now: Time) {
-        let window = self.cfg.window_cfg();
         let Some(p) = self.peers.get_mut(&peer) else { return };
-        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
         for (&seq, m) in p.out.iter_mut() {
             for (&off, f) in m.frags.iter_mut() {
                 if f.rail == rail && matches!(f.state, FragState::Queued | FragState::Written) {
@@ -371,15 +452,61 @@ impl Core {
                 }
             }
             if m.state == (OutState::Rts { rail }) {
-                if let Some(to) = least_loaded(&views) {
-                    m.state = OutState::Rts { rail: to };
-                    p.rails[to].push_ctrl(m.rts(true));
-                    self.wakeups.insert((peer, to));
-                }
+                m.state = OutState::RtsAgain;
+                p.rts_again.insert(seq);
+                p.rails[rail].owing.remove(&(m.rts_at, Owed::Cts(seq)));
             }
         }
         // Keep re-sends in message order.
-        p.retx.make_contiguous().sort_unstable();
+        let mut v: Vec<(u64, u64)> = std::mem::take(&mut p.retx).into();
+        v.sort_unstable();
+        v.dedup();
+        p.retx = v.into();
+        let r = &mut p.rails[rail];
+        r.data.clear();
+        r.inflight = 0;
+        r.written_unacked = 0;
+        r.written_log.clear();
+        self.schedule(peer, now);
+    }
+}
+
+/// Marks fragment `f` acknowledged, releasing its rail's window and
+/// feeding that rail's estimators (not for re-sent fragments: their
+/// acknowledgement may be for either copy).
+fn ack_frag(rails: &mut [super::rail::RailState], f: &mut Frag, now: Time) {
+    let r = &mut rails[f.rail];
+    match f.state {
+        FragState::Written => {
+            r.inflight = r.inflight.saturating_sub(f.len as u64);
+            r.written_unacked = r.written_unacked.saturating_sub(f.len as u64);
+            r.est.on_ack(f.len as u64, &f.stamp, now);
+            if !f.retransmit {
+                let rtt = now.since(f.stamp.sent_time);
+                let queue = (f.stamp.queued + f.len as u64) as f64 / r.drain_rate(now);
+                r.rtt.sample(rtt.saturating_sub(std::time::Duration::from_secs_f64(queue)));
+            }
+        }
+        FragState::Queued => r.inflight = r.inflight.saturating_sub(f.len as u64),
+        FragState::Orphaned | FragState::Acked => {}
+    }
+    f.state = FragState::Acked;
+}
+
+/// Drops acknowledged entries from the front of `rail`'s write log (they
+/// were acknowledged by a delivered prefix or out of order).
+fn trim_written_log(p: &mut super::Peer, rail: RailId) {
+    let Peer { out, rails, .. } = p;
+    let log = &mut rails[rail].written_log;
+    while let Some(f) = log.front() {
+        let live = out
+            .get(&f.seq)
+            .and_then(|m| m.frags.get(&f.offset))
+            .is_some_and(|fr| fr.rail == rail && matches!(fr.state, FragState::Written | FragState::Queued));
+        if live {
+            break;
+        }
+        log.pop_front();
     }
 }
 
@@ -405,54 +532,5 @@ fn detect_losses(p: &mut super::Peer, rail: RailId) {
         r.written_unacked = r.written_unacked.saturating_sub(fr.len as u64);
         r.stats.lost += 1;
         p.retx.push_back((f.seq, f.offset));
-    }
-}
-
-/// Shortest time a written fragment may go unacknowledged before it is
-/// presumed lost (when no later fragment's acknowledgement proves it).
-pub const RTO_MIN: std::time::Duration = std::time::Duration::from_millis(300);
-
-impl Core {
-    /// When the oldest unacknowledged fragment on `rail` is presumed lost.
-    pub(crate) fn rto_deadline(p: &super::Peer, rail: RailId) -> Option<Time> {
-        let r = &p.rails[rail];
-        let fr = r.written_log.iter().find_map(|f| {
-            p.out
-                .get(&f.seq)
-                .and_then(|m| m.frags.get(&f.offset))
-                .filter(|fr| fr.state == FragState::Written && fr.rail == rail)
-        })?;
-        // Recent samples only matter relative to each other here: take the
-        // best rate seen in the estimator's window.
-        let rate = r.est.rate(fr.stamp.sent_time).max(1e6);
-        let drain = std::time::Duration::from_secs_f64(r.written_unacked as f64 / rate);
-        let lat = r.est.latency().unwrap_or_default();
-        Some(fr.stamp.sent_time + RTO_MIN.max((drain + lat * 2) * 3))
-    }
-
-    /// A fragment on a rail went unacknowledged far longer than the rail's
-    /// queue explains: the rail is suspect. Everything unacknowledged on it
-    /// moves to the other rails now, and it gets no new data until a frame
-    /// arrives on it (or the heartbeat timeout declares it down).
-    pub(crate) fn expire_rto(&mut self, peer: PeerId, now: Time) {
-        let Some(p) = self.peers.get_mut(&peer) else { return };
-        let expired: Vec<RailId> = (0..p.rails.len())
-            .filter(|&r| p.rails[r].up && Self::rto_deadline(p, r).is_some_and(|d| d <= now))
-            .collect();
-        if expired.is_empty() {
-            return;
-        }
-        for rail in expired {
-            let p = self.peers.get_mut(&peer).expect("checked");
-            let r = &mut p.rails[rail];
-            r.suspect = true;
-            r.stats.lost += 1;
-            r.data.clear();
-            r.written_log.clear();
-            r.inflight = 0;
-            r.written_unacked = 0;
-            self.requeue_rail(peer, rail, now);
-        }
-        self.schedule(peer, now);
     }
 }

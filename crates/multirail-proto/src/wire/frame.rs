@@ -88,7 +88,17 @@ impl Flags {
     pub const DISCARD: Flags = Flags(0x0002);
     /// EAGER/DATA/RTS: this frame is a retransmission after a rail failure.
     pub const RETRANSMIT: Flags = Flags(0x0004);
-    pub const ALL: u16 = 0x0007;
+    /// Any op but ACK: `aux` holds the low 32 bits of the sender's
+    /// delivered prefix (every message of the receiver's numbering below
+    /// it was delivered): an acknowledgement riding on other traffic.
+    pub const ACKED: Flags = Flags(0x0008);
+    /// HEARTBEAT: a probe; answer with a HEARTBEAT carrying PONG and the
+    /// same `seq`.
+    pub const PING: Flags = Flags(0x0010);
+    /// HEARTBEAT: the answer to the PING numbered `seq`; `total_len` and
+    /// `tag` carry the answerer's cumulative credit counters (as ACK).
+    pub const PONG: Flags = Flags(0x0020);
+    pub const ALL: u16 = 0x003f;
 
     pub fn contains(self, other: Flags) -> bool {
         self.0 & other.0 == other.0
@@ -213,6 +223,14 @@ impl FrameHeader {
             }
         }
         if self.flags.contains(Flags::DISCARD) && self.op != Op::Cts {
+            return Err(WireError::UnknownFlags(self.flags.0));
+        }
+        // ACK carries its prefix in `seq` (and `aux` counts its ranges).
+        if self.flags.contains(Flags::ACKED) && self.op == Op::Ack {
+            return Err(WireError::UnknownFlags(self.flags.0));
+        }
+        let probe = self.flags.0 & (Flags::PING.0 | Flags::PONG.0);
+        if probe != 0 && (self.op != Op::Heartbeat || probe == Flags::PING.0 | Flags::PONG.0) {
             return Err(WireError::UnknownFlags(self.flags.0));
         }
         Ok(())
@@ -358,6 +376,43 @@ mod tests {
     }
 
     #[test]
+    fn ping_pong_and_piggyback_bytes() {
+        let mut h = FrameHeader::new(Op::Heartbeat);
+        h.flags = Flags::PING.with(Flags::ACKED);
+        h.seq = 5;
+        h.aux = 0xdead_beef;
+        let b = h.to_bytes();
+        assert_eq!(&b[..4], &[1, 6, 0x18, 0]);
+        assert_eq!(b[8], 5);
+        assert_eq!(&b[44..48], &[0xef, 0xbe, 0xad, 0xde]);
+        assert_eq!(roundtrip(h), h);
+        let mut p = FrameHeader::new(Op::Heartbeat);
+        p.flags = Flags::PONG;
+        p.total_len = 1 << 20; // cumulative eager credit returned
+        p.tag = 3; // cumulative RTS credit returned
+        assert_eq!(p.to_bytes()[2], 0x20);
+        assert_eq!(roundtrip(p), p);
+        let mut e = eager_repr();
+        e.flags = Flags::ACKED;
+        e.aux = 77;
+        assert_eq!(roundtrip(e), e);
+    }
+
+    #[test]
+    fn probe_flags_only_on_heartbeat_and_acked_never_on_ack() {
+        let lim = Limits::default();
+        let mut h = FrameHeader::new(Op::Cts);
+        h.flags = Flags::PING;
+        assert!(FrameHeader::parse(&h.to_bytes(), &lim).is_err());
+        let mut h = FrameHeader::new(Op::Heartbeat);
+        h.flags = Flags::PING.with(Flags::PONG);
+        assert!(FrameHeader::parse(&h.to_bytes(), &lim).is_err());
+        let mut h = FrameHeader::new(Op::Ack);
+        h.flags = Flags::ACKED;
+        assert!(FrameHeader::parse(&h.to_bytes(), &lim).is_err());
+    }
+
+    #[test]
     fn truncated() {
         assert_eq!(
             FrameHeader::parse(&EAGER_BYTES[..47], &Limits::default()),
@@ -383,6 +438,9 @@ mod tests {
         let mut b = EAGER_BYTES;
         b[3] = 0x80;
         assert_eq!(FrameHeader::parse(&b, &Limits::default()), Err(WireError::UnknownFlags(0x8001)));
+        let mut b = EAGER_BYTES;
+        b[2] = 0x41;
+        assert_eq!(FrameHeader::parse(&b, &Limits::default()), Err(WireError::UnknownFlags(0x0041)));
         // DISCARD is only meaningful on CTS.
         let mut h = eager_repr();
         h.flags = Flags::DISCARD;

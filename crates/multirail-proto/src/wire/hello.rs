@@ -1,4 +1,4 @@
-//! The 120-byte rail handshake message. The same layout serves the three
+//! The 128-byte rail handshake message. The same layout serves the three
 //! handshake steps (HELLO, HELLO reply with proof, AUTH) and REJECT.
 //!
 //! ```text
@@ -18,6 +18,9 @@
 //!  80  proof (32 bytes)      HMAC-SHA256 proof of the job key, or zero
 //! 112  credits (u64)         bytes of unexpected eager data the sender
 //!                            will buffer for this peer (flow control)
+//! 120  generation (u32)      connection generation: which of two
+//!                            connections for the same rail wins
+//! 124  reserved (u32)        zero
 //! ```
 //!
 //! See [`crate::handshake`] for the exchange and how proofs are computed.
@@ -42,6 +45,8 @@ mod field {
     pub const NONCE: usize = 48;
     pub const PROOF: usize = 80;
     pub const CREDITS: usize = 112;
+    pub const GENERATION: usize = 120;
+    pub const RESERVED: usize = 124;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +69,8 @@ pub enum RejectReason {
     /// The rank or rail index is not one this endpoint expects.
     Identity = 5,
     Timeout = 6,
+    /// A newer connection for this rail exists (see `generation`).
+    Superseded = 7,
     Unknown = 255,
 }
 
@@ -76,6 +83,7 @@ impl RejectReason {
             4 => RejectReason::Malformed,
             5 => RejectReason::Identity,
             6 => RejectReason::Timeout,
+            7 => RejectReason::Superseded,
             _ => RejectReason::Unknown,
         }
     }
@@ -90,6 +98,7 @@ impl std::fmt::Display for RejectReason {
             RejectReason::Malformed => "malformed handshake",
             RejectReason::Identity => "unexpected rank or rail index",
             RejectReason::Timeout => "handshake timed out",
+            RejectReason::Superseded => "a newer connection for this rail exists",
             RejectReason::Unknown => "unknown reason",
         })
     }
@@ -112,10 +121,15 @@ pub struct HelloRepr {
     pub nonce: [u8; 32],
     pub proof: [u8; 32],
     pub credits: u64,
+    /// Connection generation (see the module documentation of
+    /// `multirail::connections`): between two connections for the same
+    /// rail, the higher generation wins; at equal generations the one
+    /// opened by the lower rank wins.
+    pub generation: u32,
 }
 
 impl HelloRepr {
-    pub const LEN: usize = 120;
+    pub const LEN: usize = 128;
 
     /// Parses a handshake message. Only magic, version and kind are
     /// checked here; identity and proof are checked by [`crate::handshake`].
@@ -138,6 +152,10 @@ impl HelloRepr {
         if version != PROTOCOL_VERSION && kind != HelloKind::Reject {
             return Err(WireError::Version { got: version, ours: PROTOCOL_VERSION });
         }
+        let reserved = get_u32(b, field::RESERVED);
+        if reserved != 0 && kind != HelloKind::Reject {
+            return Err(WireError::BadField { field: "hello.reserved", value: reserved as u64 });
+        }
         let mut nonce = [0u8; 32];
         nonce.copy_from_slice(&b[field::NONCE..field::NONCE + 32]);
         let mut proof = [0u8; 32];
@@ -157,6 +175,7 @@ impl HelloRepr {
             nonce,
             proof,
             credits: get_u64(b, field::CREDITS),
+            generation: get_u32(b, field::GENERATION),
         })
     }
 
@@ -176,6 +195,8 @@ impl HelloRepr {
         b[field::NONCE..field::NONCE + 32].copy_from_slice(&self.nonce);
         b[field::PROOF..field::PROOF + 32].copy_from_slice(&self.proof);
         put_u64(b, field::CREDITS, self.credits);
+        put_u32(b, field::GENERATION, self.generation);
+        put_u32(b, field::RESERVED, 0);
     }
 
     pub fn to_bytes(&self) -> [u8; Self::LEN] {
@@ -201,6 +222,7 @@ impl HelloRepr {
             nonce: [0; 32],
             proof: [0; 32],
             credits: 0,
+            generation: 0,
         }
     }
 }
@@ -211,7 +233,7 @@ mod tests {
 
     fn sample() -> HelloRepr {
         HelloRepr {
-            version: 1,
+            version: 2,
             kind: HelloKind::Hello,
             reason: 0,
             rank: 1,
@@ -225,13 +247,14 @@ mod tests {
             nonce: [0xaa; 32],
             proof: [0; 32],
             credits: 8 << 20,
+            generation: 0x0102_0304,
         }
     }
 
-    fn sample_bytes() -> [u8; 120] {
-        let mut b = [0u8; 120];
+    fn sample_bytes() -> [u8; 128] {
+        let mut b = [0u8; 128];
         b[..8].copy_from_slice(b"MRAILHLO");
-        b[8] = 1; // version
+        b[8] = 2; // version
         b[10] = 1; // kind HELLO
         b[12] = 1; // rank
         b[16] = 2; // size
@@ -243,6 +266,7 @@ mod tests {
         b[46] = 0x10; // 1 MiB
         b[48..80].copy_from_slice(&[0xaa; 32]);
         b[114] = 0x80; // 8 MiB credits
+        b[120..124].copy_from_slice(&[4, 3, 2, 1]); // generation
         b
     }
 
@@ -263,11 +287,14 @@ mod tests {
         assert!(matches!(HelloRepr::parse(&b), Err(WireError::BadMagic(_))));
         let mut b = sample_bytes();
         b[8] = 9;
-        assert_eq!(HelloRepr::parse(&b), Err(WireError::Version { got: 9, ours: 1 }));
+        assert_eq!(HelloRepr::parse(&b), Err(WireError::Version { got: 9, ours: 2 }));
         let mut b = sample_bytes();
         b[10] = 0;
         assert_eq!(HelloRepr::parse(&b), Err(WireError::UnknownKind(0)));
-        assert!(matches!(HelloRepr::parse(&b[..119]), Err(WireError::Truncated { .. })));
+        assert!(matches!(HelloRepr::parse(&b[..127]), Err(WireError::Truncated { .. })));
+        let mut b = sample_bytes();
+        b[125] = 1;
+        assert!(matches!(HelloRepr::parse(&b), Err(WireError::BadField { field: "hello.reserved", .. })));
     }
 
     #[test]

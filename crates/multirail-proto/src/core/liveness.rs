@@ -1,0 +1,358 @@
+//! Finding dead links in tens of milliseconds without crying wolf.
+//!
+//! One mechanism covers every silent failure; nothing is sent on a rail
+//! that owes us nothing:
+//!
+//! * **Suspect, from acknowledgements.** Every fragment written on a rail
+//!   has a deadline: the time the bytes queued ahead of it need at the
+//!   rail's measured rate, plus the retransmission timeout (RTO) of the
+//!   rail's *excess* round trip (what acknowledgements take beyond that
+//!   queueing), `max(rto_min, srtt + 4 rttvar)`. A fragment past its
+//!   deadline makes the rail **suspect**.
+//! * **Suspect, from probes.** A rail that owes us an answer that is not
+//!   an acknowledgement (the CTS for an RTS it carried, the DATA for a CTS
+//!   it carried, credits we wait for, a message we wait to receive from
+//!   the peer) and on which nothing arrived for `probe_interval` gets a
+//!   PING. A PING unanswered by its deadline makes the rail suspect.
+//! * **Not the last rail.** Suspecting the only usable rail would move its
+//!   data nowhere: it is probed instead, and its overdue fragments wait
+//!   (TCP delivers them when the link returns). Once another rail answers
+//!   again, the overdue rail is suspected at once.
+//! * **Suspect is not down.** A suspect rail's unacknowledged fragments
+//!   and unanswered RTSs move to the other rails at once, the CTSs it
+//!   carried are sent again elsewhere, acknowledgements it owes travel
+//!   elsewhere, and it gets no new data. It is sent one PING (at most one
+//!   is ever in flight on a rail, so a dead rail costs no memory); the
+//!   PONG ends the suspicion and the rail rejoins the schedule. A rail
+//!   suspect for `replace_after` also gets a fresh connection (`connect`),
+//!   because TCP itself comes back from a long outage only after its own
+//!   exponential backoff.
+//! * **Down** is for loud failures only (an error, end of stream, a
+//!   protocol violation): the driver says so with [`Core::rail_down`].
+//! * **A peer is dead** only when the driver reports it unreachable
+//!   (every rail refused: its process is gone), or when work with it is
+//!   pending and nothing at all arrived from it on any rail for
+//!   `peer_timeout`: a slow or paused peer still answers, a starved one
+//!   answers late, and neither fails the job.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::time::Time;
+use crate::wire::{Flags, FrameHeader, Op};
+
+use super::rail::{Handed, Ping, RailState};
+use super::send::FragState;
+use super::{Config, Core, Event, Owed, Peer, PeerId, RailId, Transmit};
+
+/// Retransmission timeout before a rail has any round-trip sample.
+pub const RTO_INITIAL: Duration = Duration::from_millis(200);
+/// A suspicion ended by a PONG within this time was a slow path, not an
+/// outage: its round trip is a sample for the estimator (so a slow path
+/// raises the timeout instead of being suspected again and again).
+pub const SLOW_NOT_DEAD: Duration = Duration::from_secs(1);
+
+fn at_least(t: &mut Option<Time>, x: Time) {
+    *t = Some(t.map_or(x, |y| y.min(x)));
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// The rail's retransmission timeout.
+pub(crate) fn rto(cfg: &Config, r: &RailState, now: Time) -> Duration {
+    r.rtt.timeout(cfg.rto_min, RTO_INITIAL).max(r.slow.get(now))
+}
+
+/// When the oldest unacknowledged fragment written on `rail` is overdue.
+pub(crate) fn rto_deadline(cfg: &Config, p: &Peer, rail: RailId) -> Option<Time> {
+    let r = &p.rails[rail];
+    let (f, stamp) = r.written_log.iter().find_map(|f| {
+        p.out
+            .get(&f.seq)
+            .and_then(|m| m.frags.get(&f.offset))
+            .filter(|fr| fr.state == FragState::Written && fr.rail == rail)
+            .map(|fr| (fr, fr.stamp))
+    })?;
+    let drain = (stamp.queued + f.len as u64) as f64 / r.drain_rate(stamp.sent_time);
+    Some(stamp.sent_time + Duration::from_secs_f64(drain) + rto(cfg, r, stamp.sent_time))
+}
+
+/// When the PING in flight on `r` is overdue.
+fn ping_deadline(cfg: &Config, r: &RailState) -> Option<Time> {
+    let ping = r.ping?;
+    let (sent, queued) = ping.stamp.map_or((ping.queued_at, r.written_unacked), |s| (s.sent_time, s.queued));
+    let drain = queued as f64 / r.drain_rate(sent);
+    Some(sent + Duration::from_secs_f64(drain) + rto(cfg, r, sent))
+}
+
+impl Peer {
+    /// Since when `rail` owes us an answer other than an acknowledgement
+    /// (see the module documentation), if it does.
+    fn owed_since(&self, rail: RailId) -> Option<Time> {
+        let mut t = self.rails[rail].owing.first().map(|(at, _)| *at);
+        if let Some(b) = self.credit_blocked_since {
+            at_least(&mut t, b);
+        }
+        if self.posted_from > 0 {
+            at_least(&mut t, self.posted_since);
+        }
+        t
+    }
+
+    /// Work is pending with this peer: a timeout of silence means trouble.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.out.is_empty()
+            || !self.waiting.is_empty()
+            || self.rails.iter().any(|r| !r.owing.is_empty())
+            || (self.posted_from > 0 && self.up_rails() > 0)
+    }
+
+    /// When a quiet `rail` that owes us an answer gets a PING.
+    fn probe_deadline(&self, cfg: &Config, rail: RailId) -> Option<Time> {
+        let r = &self.rails[rail];
+        if !r.usable() || r.ping.is_some() {
+            return None;
+        }
+        let owed = self.owed_since(rail)?;
+        Some(owed.max(r.last_rx) + cfg.probe_interval)
+    }
+}
+
+impl Core {
+    /// The earliest liveness deadline of `p` (overdue fragments and
+    /// probes, quiet rails, the peer timeout).
+    pub(crate) fn liveness_deadline(&self, p: &Peer) -> Option<Time> {
+        let mut t = None;
+        if p.failed.is_some() {
+            return None;
+        }
+        let usable = p.rails.iter().filter(|r| r.usable()).count();
+        for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
+            if r.suspect_since.is_none() && usable > 1 {
+                if let Some(d) = rto_deadline(&self.cfg, p, i) {
+                    at_least(&mut t, d);
+                }
+                if let Some(d) = ping_deadline(&self.cfg, r) {
+                    at_least(&mut t, d);
+                }
+            }
+            if let Some(d) = p.probe_deadline(&self.cfg, i) {
+                at_least(&mut t, d);
+            }
+        }
+        if p.has_work() && !self.closing {
+            at_least(&mut t, p.last_rx + self.cfg.peer_timeout);
+        }
+        t
+    }
+
+    /// Runs the liveness timers of `peer` due at `now`.
+    pub(crate) fn run_liveness(&mut self, peer: PeerId, now: Time) {
+        let Some(p) = self.peers.get(&peer) else { return };
+        if p.failed.is_some() {
+            return;
+        }
+        let mut suspects = Vec::new();
+        let mut pings = Vec::new();
+        let usable = p.rails.iter().filter(|r| r.usable()).count();
+        for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
+            if r.suspect_since.is_none() && usable == 1 {
+                // The last usable rail: probe it, wait for it.
+                let overdue = rto_deadline(&self.cfg, p, i).is_some_and(|d| d <= now);
+                if overdue && r.ping.is_none() {
+                    pings.push(i);
+                    continue;
+                }
+            }
+            if r.suspect_since.is_none() && usable > 1 {
+                if let Some(d) = rto_deadline(&self.cfg, p, i).filter(|&d| d <= now) {
+                    let late = now.since(d) + rto(&self.cfg, r, now);
+                    suspects.push((i, format!("no acknowledgement for {} beyond its queue", ms(late))));
+                    continue;
+                }
+                if let Some(d) = ping_deadline(&self.cfg, r).filter(|&d| d <= now) {
+                    let late = now.since(d) + rto(&self.cfg, r, now);
+                    suspects.push((i, format!("probe unanswered for {}", ms(late))));
+                    continue;
+                }
+            }
+            if p.probe_deadline(&self.cfg, i).is_some_and(|d| d <= now) {
+                pings.push(i);
+            }
+        }
+        let silent = p.has_work() && !self.closing && now.since(p.last_rx) >= self.cfg.peer_timeout;
+        for (rail, why) in suspects {
+            // Never the last usable one (an earlier one may have just gone).
+            if self.peers[&peer].rails.iter().filter(|r| r.usable()).count() > 1 {
+                self.suspect(peer, rail, &why, now);
+            }
+        }
+        for rail in pings {
+            self.send_ping(peer, rail, now);
+        }
+        if silent {
+            let why = format!("nothing from rank {peer} for {:?} (peer timeout)", self.cfg.peer_timeout);
+            self.peer_unreachable(peer, &why);
+        }
+    }
+
+    /// Makes `rail` to `peer` suspect: see the module documentation.
+    pub(crate) fn suspect(&mut self, peer: PeerId, rail: RailId, why: &str, now: Time) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let r = &mut p.rails[rail];
+        if !r.up || r.suspect_since.is_some() {
+            return;
+        }
+        r.suspect_since = Some(now);
+        r.stats.suspects += 1;
+        self.connect_dirty = true;
+        r.data.clear();
+        r.written_log.clear();
+        r.inflight = 0;
+        r.written_unacked = 0;
+        // The PING in flight (if any) or the next one ends the suspicion.
+        r.clears_from = r.ping.map_or(p.next_ping, |x| x.id);
+        let moved = r.take_movable_ctrl();
+        self.events.push_back(Event::RailSuspect { peer, rail, reason: why.to_string() });
+        self.requeue_rail(peer, rail, now);
+        self.resend_stale_cts(peer, now);
+        self.report_credits_again(peer, now);
+        let p = self.peers.get_mut(&peer).expect("checked");
+        if let Some(to) = p.best_ctrl_rail() {
+            for t in moved {
+                p.rails[to].push_ctrl(t);
+            }
+            self.wakeups.insert((peer, to));
+        }
+        if !self.peers[&peer].rails[rail].acks.is_empty() {
+            // What it received goes acknowledged on another rail.
+            self.flush_rail_acks(peer, rail);
+        }
+        self.send_ping(peer, rail, now);
+        self.schedule(peer, now);
+    }
+
+    /// Queues a PING on `rail`, unless one is already in flight there.
+    pub(crate) fn send_ping(&mut self, peer: PeerId, rail: RailId, now: Time) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let id = p.next_ping;
+        let r = &mut p.rails[rail];
+        if !r.up || r.ping.is_some() {
+            return;
+        }
+        p.next_ping += 1;
+        r.ping = Some(Ping { id, stamp: None, queued_at: now });
+        let mut h = FrameHeader::new(Op::Heartbeat);
+        h.flags = Flags::PING;
+        h.seq = id;
+        r.push_ctrl(Transmit { header: h, payload: Bytes::new() });
+        self.wakeups.insert((peer, rail));
+    }
+
+    /// A HEARTBEAT arrived: answer a PING, or take a PONG's news.
+    pub(crate) fn rx_heartbeat(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) {
+        if hdr.flags.contains(Flags::PING) {
+            let p = self.peers.get_mut(&peer).expect("caller checked");
+            let mut h = FrameHeader::new(Op::Heartbeat);
+            h.flags = Flags::PONG;
+            h.seq = hdr.seq;
+            h.total_len = p.credit_returned;
+            h.tag = p.rts_returned;
+            p.credit_reported = p.credit_returned;
+            p.rts_reported = p.rts_returned;
+            p.rails[rail].push_ctrl(Transmit { header: h, payload: Bytes::new() });
+            self.wakeups.insert((peer, rail));
+            return;
+        }
+        if !hdr.flags.contains(Flags::PONG) {
+            return; // a plain keepalive
+        }
+        self.take_credits(peer, hdr.total_len, hdr.tag);
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let r = &mut p.rails[rail];
+        if r.ping.is_some_and(|x| hdr.seq >= x.id) {
+            let ping = r.ping.take().expect("checked");
+            // A PONG that ends a long suspicion waited out an outage: it
+            // says nothing about the round trip. One that ends a short one
+            // says the path is slow: the estimator must know.
+            let slow = r.suspect_since.is_none_or(|since| now.since(since) < SLOW_NOT_DEAD);
+            if let (Some(stamp), true) = (ping.stamp, slow) {
+                let rtt = now.since(stamp.sent_time);
+                let queue = Duration::from_secs_f64(stamp.queued as f64 / r.drain_rate(now));
+                let excess = rtt.saturating_sub(queue);
+                r.rtt.sample(excess);
+                if r.suspect_since.is_some() {
+                    r.slow.stalled(excess, now);
+                }
+            }
+        }
+        if r.suspect_since.is_some() && hdr.seq >= r.clears_from {
+            r.suspect_since = None;
+            r.ping = None;
+            self.events.push_back(Event::RailAlive { peer, rail });
+            self.resend_stale_cts(peer, now);
+            self.schedule(peer, now);
+        }
+    }
+
+    /// CTSs that went on a rail no longer usable, for messages whose data
+    /// has not started, go again on a usable rail (when there is one; else
+    /// when a rail comes back).
+    pub(crate) fn resend_stale_cts(&mut self, peer: PeerId, now: Time) {
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let Some(to) = p.best_ctrl_rail() else { return };
+        let stale: Vec<(RailId, Time, u64)> = p
+            .rails
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.usable())
+            .flat_map(|(i, r)| {
+                r.owing.iter().filter_map(move |&(at, w)| match w {
+                    Owed::Data(seq) => Some((i, at, seq)),
+                    Owed::Cts(_) => None,
+                })
+            })
+            .collect();
+        let mut again = Vec::new();
+        for (from, at, seq) in stale {
+            p.settle(from, at, Owed::Data(seq));
+            let Some(m) = p.inc.get_mut(&seq) else { continue };
+            m.cts_rail = Some(to);
+            m.cts_at = now;
+            again.push(super::recv::cts_frame(seq, m.tag, m.total, false));
+            p.owe(to, now, Owed::Data(seq));
+        }
+        for t in again {
+            p.rails[to].push_ctrl(t);
+            self.wakeups.insert((peer, to));
+        }
+    }
+
+    /// Credits we returned may have died with a connection: report the
+    /// cumulative counters again soon (a repeat is harmless).
+    pub(crate) fn report_credits_again(&mut self, peer: PeerId, now: Time) {
+        let delay = self.cfg.ack_delay;
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        if p.credit_returned > 0 || p.rts_returned > 0 {
+            p.credit_reported = 0;
+            p.rts_reported = 0;
+            p.ack_due.get_or_insert(now + delay);
+        }
+    }
+
+    /// A PING the driver wrote: its timeout runs from now.
+    pub(crate) fn ping_written(r: &mut RailState, id: u64, now: Time) {
+        if let Some(ping) = r.ping.as_mut().filter(|x| x.id == id) {
+            ping.stamp =
+                Some(super::rail::SendStamp { sent_time: now, queued: r.written_unacked, ..Default::default() });
+        }
+    }
+
+    /// True if `h` (just handed out) is a PING, for `on_sent` bookkeeping.
+    pub(crate) fn handed_for(h: &FrameHeader) -> Handed {
+        if h.op == Op::Heartbeat && h.flags.contains(Flags::PING) { Handed::Ping { id: h.seq } } else { Handed::Ctrl }
+    }
+}

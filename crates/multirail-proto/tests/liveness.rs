@@ -1,0 +1,555 @@
+//! Failure detection and recovery, deterministically: silent and loud
+//! losses of every kind, outages shorter and longer than each timeout of
+//! the design (the retransmission timeout, `replace_after`, the peer
+//! timeout), on either rail, before the start, while reconnecting, of the
+//! rail that carried an RTS or a CTS, repeated; a paused peer; a crashed
+//! peer. Every scenario streams validated messages and checks that nothing
+//! is lost, duplicated or reordered, that memory is released, and how long
+//! delivery stalled.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use multirail_proto::core::{Config, Event, RecvError, SendError};
+use multirail_proto::sim::{Done, LinkSpec, Sim, pattern};
+use multirail_proto::time::Time;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Two 2 Gbit/s rails, 50 us one way: the testbed's shape.
+fn rails(n: usize) -> Vec<LinkSpec> {
+    vec![LinkSpec::gbit(2.0, 50); n]
+}
+
+fn cfg() -> Config {
+    Config::default()
+}
+
+/// Messages from rank 0 to rank 1 in OSU-style windows: the receiver
+/// posts a window of receives, the sender sends the window, and the next
+/// window starts only once every message of this one arrived. Each message
+/// is checked as its window completes.
+struct Stream {
+    sizes: Vec<usize>,
+    window: usize,
+    /// Index of the first message of the current window.
+    at: usize,
+    sends: Vec<multirail_proto::core::ReqId>,
+    recvs: Vec<multirail_proto::core::ReqId>,
+}
+
+const WINDOW: usize = 16;
+
+impl Stream {
+    fn start(sim: &mut Sim, sizes: Vec<usize>) -> Stream {
+        let mut st = Stream { sizes, window: WINDOW, at: 0, sends: Vec::new(), recvs: Vec::new() };
+        st.post(sim);
+        st
+    }
+
+    fn post(&mut self, sim: &mut Sim) {
+        let end = (self.at + self.window).min(self.sizes.len());
+        self.recvs = (self.at..end).map(|i| sim.irecv(1, Some(0), None, self.sizes[i].max(1))).collect();
+        self.sends =
+            (self.at..end).map(|i| sim.isend(0, 1, i as u64, Bytes::from(pattern(i as u64, self.sizes[i])))).collect();
+    }
+
+    fn window_done(&self, sim: &Sim) -> bool {
+        self.recvs.iter().all(|r| sim.is_done(1, *r)) && self.sends.iter().all(|r| sim.is_done(0, *r))
+    }
+
+    /// Checks the current window if it completed and starts the next.
+    fn advance(&mut self, sim: &mut Sim) {
+        if self.at >= self.sizes.len() || !self.window_done(sim) {
+            return;
+        }
+        for (k, r) in self.recvs.iter().enumerate() {
+            let i = self.at + k;
+            match sim.take(1, *r) {
+                Some(Done::Recv(Ok(st), buf)) => {
+                    assert_eq!(st.tag, i as u64, "message {i} out of order");
+                    assert_eq!(st.len as usize, self.sizes[i]);
+                    assert!(buf[..self.sizes[i]] == pattern(i as u64, self.sizes[i])[..], "payload of message {i}");
+                }
+                other => panic!("receive {i}: {other:?}"),
+            }
+        }
+        for (k, s) in self.sends.iter().enumerate() {
+            assert!(matches!(sim.take(0, *s), Some(Done::Send(Ok(())))), "send {}", self.at + k);
+        }
+        self.at += self.window;
+        if self.at < self.sizes.len() {
+            self.post(sim);
+        } else {
+            self.recvs.clear();
+            self.sends.clear();
+        }
+    }
+
+    /// Steps for `d` (or until done), moving the windows along.
+    fn run_for(&mut self, sim: &mut Sim, d: Duration) {
+        let end = sim.now + d;
+        while sim.now < end && self.at < self.sizes.len() {
+            self.advance(sim);
+            if !sim.step_to(end) {
+                break;
+            }
+        }
+        self.advance(sim);
+        sim.run_for(end.since(sim.now));
+    }
+
+    /// Runs until the stream completes (at most `limit`), checking every
+    /// message, then that all memory was released.
+    fn finish(mut self, sim: &mut Sim, limit: Duration) {
+        let t0 = sim.now;
+        while self.at < self.sizes.len() {
+            assert!(
+                sim.now - t0 <= limit,
+                "stream not done after {:?}: window at message {} of {}; log {:?}",
+                sim.now - t0,
+                self.at,
+                self.sizes.len(),
+                sim.log
+            );
+            self.advance(sim);
+            if self.at < self.sizes.len() {
+                assert!(sim.step_to(t0 + limit), "nothing left to happen at message {}", self.at);
+            }
+        }
+        assert!(sim.errors.is_empty(), "protocol errors: {:?}", sim.errors);
+        assert!(
+            sim.run_until(ms(2000), |s| s.nodes[0].unacked_messages() == 0),
+            "{} messages never acknowledged",
+            sim.nodes[0].unacked_messages()
+        );
+        assert_eq!(sim.nodes[1].unexpected_bytes(0), 0);
+        assert!(!sim.log.iter().any(|(_, e)| matches!(e, Event::PeerFailed { .. })), "no peer failed");
+    }
+}
+
+/// Payload bytes rank 1 received from rank 0 so far.
+fn rx(sim: &Sim) -> u64 {
+    sim.nodes[1].rail_stats(0, sim.now).iter().map(|r| r.rx_bytes).sum()
+}
+
+/// Runs the stream until `until` (virtual time) or its end, recording when
+/// rank 1's received bytes grew; returns the longest time without growth
+/// that started at or after `from`.
+fn longest_stall(sim: &mut Sim, st: &mut Stream, from: Time, until: Time) -> Duration {
+    let mut last = (sim.now, rx(sim));
+    let mut worst = Duration::ZERO;
+    while sim.now < until && st.at < st.sizes.len() {
+        st.advance(sim);
+        if !sim.step_to(until) {
+            break;
+        }
+        let b = rx(sim);
+        if b != last.1 {
+            if sim.now >= from {
+                worst = worst.max(sim.now - last.0.max(from));
+            }
+            last = (sim.now, b);
+        }
+    }
+    worst
+}
+
+fn mib(n: usize) -> Vec<usize> {
+    vec![1 << 20; n]
+}
+
+fn stats(sim: &Sim, node: u32, peer: u32) -> Vec<multirail_proto::core::RailStats> {
+    sim.nodes[node as usize].rail_stats(peer, sim.now)
+}
+
+fn count(sim: &Sim, f: impl Fn(&(u32, Event)) -> bool) -> usize {
+    sim.log.iter().filter(|e| f(e)).count()
+}
+
+/// A silent outage of rail 1 lasting `outage` (or for good) while 1 MiB
+/// messages stream; returns the longest delivery stall after it began.
+fn silent_outage(outage: Option<Duration>) -> (Sim, Duration) {
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    // 4 s worth at 500 MB/s.
+    let mut st = Stream::start(&mut sim, mib(1000));
+    st.run_for(&mut sim, ms(300));
+    let t_fail = sim.now;
+    sim.link_down(0, 1, 1);
+    let stall = match outage {
+        Some(d) => {
+            let s = longest_stall(&mut sim, &mut st, t_fail, t_fail + d);
+            sim.link_up(0, 1, 1);
+            s.max(longest_stall(&mut sim, &mut st, t_fail, t_fail + d + ms(200)))
+        }
+        None => longest_stall(&mut sim, &mut st, t_fail, t_fail + Duration::from_secs(60)),
+    };
+    st.finish(&mut sim, Duration::from_secs(60));
+    eprintln!("outage {outage:?}: longest stall {stall:?}, rail stats {:?}", stats(&sim, 0, 1));
+    (sim, stall)
+}
+
+#[test]
+fn silent_loss_for_good_stalls_delivery_for_tens_of_milliseconds() {
+    let (sim, stall) = silent_outage(None);
+    assert!(stall <= ms(50), "longest stall {stall:?}");
+    let st = stats(&sim, 0, 1);
+    assert!(st[1].suspect && st[1].up, "rail 1 routed around, never declared down: {st:?}");
+    assert_eq!(count(&sim, |(_, e)| matches!(e, Event::RailDown { .. })), 0, "{:?}", sim.log);
+}
+
+#[test]
+fn silent_outage_shorter_than_the_retransmission_timeout_goes_unnoticed() {
+    let (sim, stall) = silent_outage(Some(ms(5)));
+    assert!(stall <= ms(30), "longest stall {stall:?}");
+    assert_eq!(count(&sim, |(_, e)| matches!(e, Event::RailDown { .. })), 0);
+}
+
+#[test]
+fn silent_outage_longer_than_the_rto_shorter_than_replace_after_heals_the_old_connection() {
+    let (sim, stall) = silent_outage(Some(ms(300)));
+    assert!(stall <= ms(50), "longest stall {stall:?}");
+    let st = stats(&sim, 0, 1);
+    assert!(st[1].suspects >= 1, "{st:?}");
+    assert!(!st[1].suspect, "rail 1 answered its probe and rejoined: {st:?}");
+    assert!(count(&sim, |(n, e)| *n == 0 && matches!(e, Event::RailAlive { rail: 1, .. })) >= 1);
+}
+
+#[test]
+fn silent_outage_of_seconds_is_bridged_by_a_fresh_connection_within_a_second() {
+    for outage in [ms(3000), ms(30_000)] {
+        let mut sim = Sim::new(2, &rails(2), cfg());
+        let mut st = Stream::start(&mut sim, mib(100));
+        st.run_for(&mut sim, ms(100));
+        sim.link_down(0, 1, 1);
+        st.run_for(&mut sim, outage);
+        assert!(stats(&sim, 0, 1)[1].suspect);
+        let back = sim.now;
+        sim.link_up(0, 1, 1);
+        let before = stats(&sim, 0, 1)[1].connects;
+        assert!(
+            sim.run_until(Duration::from_secs(2), |s| stats(s, 0, 1)[1].connects > before),
+            "no new connection after the link came back"
+        );
+        assert!(sim.now - back <= ms(1000), "rejoined {:?} after the link came back", sim.now - back);
+        st.finish(&mut sim, Duration::from_secs(60));
+        // The new connection carries its share.
+        let tx0 = stats(&sim, 0, 1)[1].tx_bytes;
+        let more = Stream::start(&mut sim, mib(20));
+        more.finish(&mut sim, Duration::from_secs(10));
+        let share = stats(&sim, 0, 1)[1].tx_bytes - tx0;
+        assert!(share > 5 << 20, "rail 1 carried {share} of 20 MiB after rejoining");
+    }
+}
+
+#[test]
+fn throughput_during_a_permanent_silent_outage_is_the_surviving_rail() {
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    let mut st = Stream::start(&mut sim, mib(600));
+    st.run_for(&mut sim, ms(100));
+    sim.link_down(0, 1, 1);
+    st.run_for(&mut sim, ms(200));
+    let (t0, b0) = (sim.now, rx(&sim));
+    st.run_for(&mut sim, ms(500));
+    let rate = (rx(&sim) - b0) as f64 / (sim.now - t0).as_secs_f64();
+    assert!(rate >= 0.9 * 250e6, "{rate:.3e} B/s on the surviving 250 MB/s rail");
+    st.finish(&mut sim, Duration::from_secs(30));
+}
+
+#[test]
+fn loud_loss_reconnects_at_once_and_loses_nothing() {
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    let mut st = Stream::start(&mut sim, mib(200));
+    st.run_for(&mut sim, ms(100));
+    sim.kill(0, 1, 1, "connection reset by peer");
+    st.finish(&mut sim, Duration::from_secs(10));
+    let s = stats(&sim, 0, 1);
+    assert!(s[1].up && s[1].downs == 1 && s[1].connects >= 2, "{s:?}");
+}
+
+#[test]
+fn rail_lost_before_the_start_joins_when_it_comes_up() {
+    let mut sim = Sim::unconnected(2, &rails(2), cfg());
+    sim.link_down(0, 1, 1);
+    let mut st = Stream::start(&mut sim, mib(300));
+    st.run_for(&mut sim, ms(300));
+    assert!(rx(&sim) > 0, "the job started on the rail that works");
+    assert!(!stats(&sim, 0, 1)[1].up);
+    let back = sim.now;
+    sim.link_up(0, 1, 1);
+    assert!(sim.run_until(ms(1000), |s| stats(s, 0, 1)[1].up), "rail 1 joined");
+    assert!(sim.now - back <= ms(600), "joined {:?} after it came up", sim.now - back);
+    st.finish(&mut sim, Duration::from_secs(30));
+    assert!(stats(&sim, 0, 1)[1].tx_bytes > 0, "and carries data");
+}
+
+#[test]
+fn loss_while_reconnecting() {
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    let mut st = Stream::start(&mut sim, mib(400));
+    st.run_for(&mut sim, ms(100));
+    // Reset, and the link dies before the reconnection completes.
+    sim.kill(0, 1, 1, "reset");
+    sim.link_down(0, 1, 1);
+    st.run_for(&mut sim, ms(800));
+    sim.link_up(0, 1, 1);
+    st.finish(&mut sim, Duration::from_secs(30));
+    assert!(stats(&sim, 0, 1)[1].up);
+}
+
+#[test]
+fn loss_of_the_rail_that_carried_the_first_connection() {
+    // Lazily connected: small messages open only the preferred rail
+    // ((0 + 1) % 2 = 1); that rail dies silently; the rest goes on rail 0.
+    let mut sim = Sim::unconnected(2, &rails(2), cfg());
+    let first = Stream::start(&mut sim, vec![100; 10]);
+    first.finish(&mut sim, ms(500));
+    let s = stats(&sim, 0, 1);
+    assert!(s[1].up && !s[0].up, "only the preferred rail opened: {s:?}");
+    sim.link_down(0, 1, 1);
+    let st = Stream::start(&mut sim, vec![100, 1 << 20, 7, 300_000]);
+    st.finish(&mut sim, Duration::from_secs(5));
+    assert!(stats(&sim, 0, 1)[0].up);
+}
+
+#[test]
+fn loss_of_the_rail_an_rts_went_on() {
+    // The receive is not posted yet: the RTS sits at the receiver, the
+    // rail it came by dies silently; the receive is posted and its CTS
+    // must still get through (on the other rail).
+    for post_after in [ms(1), ms(400)] {
+        let mut sim = Sim::new(2, &rails(2), Config { policy: "*:single".parse().unwrap(), ..cfg() });
+        let s = sim.isend(0, 1, 7, Bytes::from(pattern(7, 1 << 20)));
+        sim.run_for(ms(1));
+        sim.link_down(0, 1, 1); // rank 0 + peer 1: single picks rail 1
+        sim.run_for(post_after);
+        let r = sim.irecv(1, Some(0), Some(7), 1 << 20);
+        assert!(sim.run_until(Duration::from_secs(3), |x| x.is_done(1, r) && x.is_done(0, s)), "{:?}", sim.log);
+        let Some(Done::Recv(Ok(_), buf)) = sim.take(1, r) else { panic!() };
+        assert!(buf[..] == pattern(7, 1 << 20)[..]);
+    }
+}
+
+#[test]
+fn loss_of_the_rail_a_cts_went_on() {
+    // The RTS arrived on rail 1; the receive is posted and the CTS leaves
+    // on rail 1 just as rail 1 dies silently. Rank 0 waits for a CTS that
+    // is held on the dead link: probes find out and the CTS goes again.
+    let mut sim = Sim::new(2, &rails(2), Config { policy: "*:single".parse().unwrap(), ..cfg() });
+    let s = sim.isend(0, 1, 7, Bytes::from(pattern(7, 1 << 20)));
+    sim.run_for(ms(5));
+    let r = sim.irecv(1, Some(0), Some(7), 1 << 20);
+    sim.link_down(0, 1, 1);
+    let t0 = sim.now;
+    assert!(sim.run_until(Duration::from_secs(3), |x| x.is_done(1, r) && x.is_done(0, s)), "{:?}", sim.log);
+    assert!(sim.now - t0 < ms(1000), "took {:?}", sim.now - t0);
+    let Some(Done::Recv(Ok(_), buf)) = sim.take(1, r) else { panic!() };
+    assert!(buf[..] == pattern(7, 1 << 20)[..]);
+}
+
+#[test]
+fn suspect_while_holding_unacknowledged_fragments_of_a_rendezvous_message() {
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    let st = Stream::start(&mut sim, vec![64 << 20]);
+    sim.run_until(Duration::from_secs(1), |s| rx(s) > 8 << 20);
+    sim.link_down(0, 1, 0);
+    st.finish(&mut sim, Duration::from_secs(10));
+    assert!(stats(&sim, 0, 1)[0].suspects >= 1);
+}
+
+#[test]
+fn every_rail_but_one_down_for_seconds_then_back() {
+    let mut sim = Sim::new(2, &rails(3), cfg());
+    let mut st = Stream::start(&mut sim, mib(2500));
+    st.run_for(&mut sim, ms(200));
+    sim.link_down(0, 1, 0);
+    sim.link_down(0, 1, 2);
+    let t0 = sim.now;
+    let stall = longest_stall(&mut sim, &mut st, t0, t0 + ms(3000));
+    assert!(stall <= ms(50), "stall {stall:?}");
+    sim.link_up(0, 1, 0);
+    sim.link_up(0, 1, 2);
+    assert!(sim.run_until(ms(1500), |s| stats(s, 0, 1).iter().all(|r| r.up && !r.suspect)), "all back");
+    st.finish(&mut sim, Duration::from_secs(30));
+    assert_eq!(count(&sim, |(_, e)| matches!(e, Event::PeerFailed { .. })), 0);
+}
+
+#[test]
+fn two_of_three_rails_lost_one_after_the_other() {
+    let mut sim = Sim::new(2, &rails(3), cfg());
+    let mut st = Stream::start(&mut sim, mib(400));
+    st.run_for(&mut sim, ms(100));
+    sim.link_down(0, 1, 0);
+    st.run_for(&mut sim, ms(300));
+    sim.link_down(0, 1, 2);
+    st.finish(&mut sim, Duration::from_secs(30));
+    let s = stats(&sim, 0, 1);
+    assert!(s[0].suspect && s[2].suspect && !s[1].suspect, "{s:?}");
+}
+
+#[test]
+fn repeated_loss_and_return_of_random_length() {
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    let mut st = Stream::start(&mut sim, mib(3000));
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rnd = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..12 {
+        st.run_for(&mut sim, ms(50 + rnd(300)));
+        let rail = rnd(2) as usize;
+        if rnd(3) == 0 {
+            sim.kill(0, 1, rail, "reset");
+        } else {
+            sim.link_down(0, 1, rail);
+            st.run_for(&mut sim, ms(rnd(1500)));
+            sim.link_up(0, 1, rail);
+        }
+    }
+    st.finish(&mut sim, Duration::from_secs(60));
+}
+
+#[test]
+fn every_rail_silent_shorter_than_the_peer_timeout_only_pauses() {
+    let mut sim = Sim::new(2, &rails(2), Config { peer_timeout: Duration::from_secs(5), ..cfg() });
+    let mut st = Stream::start(&mut sim, mib(200));
+    st.run_for(&mut sim, ms(100));
+    sim.link_down(0, 1, 0);
+    sim.link_down(0, 1, 1);
+    st.run_for(&mut sim, ms(4000));
+    sim.link_up(0, 1, 0);
+    sim.link_up(0, 1, 1);
+    st.finish(&mut sim, Duration::from_secs(30));
+}
+
+#[test]
+fn every_rail_silent_past_the_peer_timeout_fails_the_peer_with_a_clear_error() {
+    let timeout = Duration::from_secs(5);
+    let mut sim = Sim::new(2, &rails(2), Config { peer_timeout: timeout, ..cfg() });
+    let s = sim.isend(0, 1, 1, Bytes::from(pattern(1, 64 << 20)));
+    let _r = sim.irecv(1, Some(0), Some(1), 64 << 20);
+    sim.run_for(ms(50));
+    sim.link_down(0, 1, 0);
+    sim.link_down(0, 1, 1);
+    let t0 = sim.now;
+    sim.run_for(timeout - ms(100));
+    assert!(!sim.is_done(0, s), "not failed before the peer timeout");
+    assert!(sim.run_until(ms(1000), |x| x.is_done(0, s)));
+    assert!(sim.now - t0 <= timeout + ms(300));
+    match sim.take(0, s) {
+        Some(Done::Send(Err(SendError::PeerFailed(f)))) => {
+            let msg = SendError::PeerFailed(f).to_string();
+            assert!(msg.contains("rank 1") && msg.contains("peer timeout"), "{msg}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_paused_peer_is_not_failed_and_loses_nothing() {
+    // SIGSTOP for 10 s, then SIGCONT: the default 30 s peer timeout holds.
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    let mut st = Stream::start(&mut sim, mib(300));
+    st.run_for(&mut sim, ms(100));
+    sim.pause(1, Duration::from_secs(10));
+    st.run_for(&mut sim, Duration::from_secs(10));
+    st.finish(&mut sim, Duration::from_secs(30));
+}
+
+#[test]
+fn a_peer_paused_past_the_peer_timeout_is_failed_naming_its_rank() {
+    let mut sim = Sim::new(2, &rails(2), Config { peer_timeout: Duration::from_secs(3), ..cfg() });
+    let s = sim.isend(0, 1, 1, Bytes::from(pattern(1, 64 << 20)));
+    let r = sim.irecv(0, Some(1), Some(2), 10);
+    sim.run_for(ms(50));
+    sim.pause(1, Duration::from_secs(20));
+    assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(0, s) && x.is_done(0, r)));
+    for done in [sim.take(0, s), sim.take(0, r)] {
+        let msg = match done {
+            Some(Done::Send(Err(e))) => e.to_string(),
+            Some(Done::Recv(Err(e @ RecvError::PeerFailed(_)), _)) => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(msg.contains("rank 1") && msg.contains("peer timeout"), "{msg}");
+    }
+}
+
+#[test]
+fn a_peer_that_only_waits_for_a_message_from_a_dead_host_is_told() {
+    // Rank 1 waits to receive from rank 0, whose host goes silent: the
+    // posted receive makes rank 1 probe, and the peer timeout fails it.
+    let mut sim = Sim::new(2, &rails(2), Config { peer_timeout: Duration::from_secs(3), ..cfg() });
+    let r = sim.irecv(1, Some(0), Some(5), 10);
+    sim.link_down(0, 1, 0);
+    sim.link_down(0, 1, 1);
+    assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r)));
+    assert!(matches!(sim.take(1, r), Some(Done::Recv(Err(RecvError::PeerFailed(_)), _))));
+}
+
+#[test]
+fn a_receive_waiting_past_the_peer_timeout_for_a_live_peer_is_fine() {
+    // Rank 1 waits 10 s for a message rank 0 sends only then: rank 0 is
+    // alive and answers probes, so nothing fails.
+    let mut sim = Sim::new(2, &rails(2), Config { peer_timeout: Duration::from_secs(3), ..cfg() });
+    let r = sim.irecv(1, Some(0), Some(5), 10);
+    sim.run_for(Duration::from_secs(10));
+    assert!(!sim.is_done(1, r), "{:?}", sim.take(1, r));
+    sim.isend(0, 1, 5, Bytes::from_static(b"late"));
+    assert!(sim.run_until(ms(100), |x| x.is_done(1, r)));
+    assert!(matches!(sim.take(1, r), Some(Done::Recv(Ok(_), _))));
+}
+
+#[test]
+fn a_starved_peer_that_answers_late_is_routed_around_never_failed() {
+    // Rank 1 keeps stalling for 200 ms at a time (a CPU-starved host):
+    // rails turn suspect and come back; nothing fails, nothing is lost.
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    let mut st = Stream::start(&mut sim, mib(300));
+    for _ in 0..10 {
+        st.run_for(&mut sim, ms(100));
+        sim.pause(1, ms(200));
+        st.run_for(&mut sim, ms(200));
+    }
+    st.finish(&mut sim, Duration::from_secs(30));
+    assert_eq!(count(&sim, |(_, e)| matches!(e, Event::RailDown { .. })), 0);
+    let suspects: u64 = stats(&sim, 0, 1).iter().map(|r| r.suspects).sum();
+    eprintln!("suspicions over 10 stalls: {suspects}; rails {:?}", stats(&sim, 0, 1));
+    assert!(suspects <= 4, "the timeout learns the slow path: {suspects} suspicions over 10 stalls");
+}
+
+#[test]
+fn the_last_usable_rail_is_probed_not_suspected() {
+    // One rail, a stalled peer: suspecting the rail would move its data
+    // nowhere and send it all twice. It is probed, and waited for.
+    let mut sim = Sim::new(2, &rails(1), cfg());
+    let mut st = Stream::start(&mut sim, mib(100));
+    for _ in 0..5 {
+        st.run_for(&mut sim, ms(30));
+        sim.pause(1, ms(150));
+        st.run_for(&mut sim, ms(150));
+    }
+    st.finish(&mut sim, Duration::from_secs(30));
+    let s = stats(&sim, 0, 1);
+    assert_eq!((s[0].suspects, s[0].retransmits), (0, 0), "{s:?}");
+    assert_eq!(count(&sim, |(_, e)| matches!(e, Event::RailSuspect { .. })), 0);
+}
+
+#[test]
+fn idle_connections_cost_nothing() {
+    // Liveness traffic is for peers with work in flight: an idle job sends
+    // no frame at all, however long it idles.
+    let mut sim = Sim::new(3, &rails(2), cfg());
+    let st = Stream::start(&mut sim, vec![1000, 1 << 20]);
+    st.finish(&mut sim, ms(500));
+    sim.run_for(ms(100));
+    let before = sim.frames;
+    let log = sim.log.len();
+    sim.run_for(Duration::from_secs(120));
+    assert_eq!(sim.frames, before, "frames sent while idle");
+    assert_eq!(sim.log.len(), log, "{:?}", &sim.log[log..]);
+}
