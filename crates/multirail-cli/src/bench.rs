@@ -149,8 +149,8 @@ fn launch_local(
     config_of(args)?;
     let pins = launch::parse_pin(&args.pin, np)?;
     let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np)?;
-    let root_ip = placement.as_ref().map_or("127.0.0.1".to_string(), |p| p.root_ip.clone());
-    let root = format!("{root_ip}:{}", launch::free_port("127.0.0.1")?);
+    let port = launch::free_port("127.0.0.1")?;
+    let root = placement.as_ref().map_or(format!("127.0.0.1:{port}"), |p| p.root(port));
     let key = std::env::var("MULTIRAIL_KEY").ok().filter(|k| !k.is_empty()).unwrap_or_else(multirail::generate_key);
     let job = format!("bench-{}-{}", std::process::id(), multirail::generate_key());
     let exe = std::env::current_exe().context("cannot find the multirail executable")?;

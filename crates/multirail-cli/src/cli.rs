@@ -163,7 +163,7 @@ pub struct BenchArgs {
     /// killed. Reports the longest stall, the throughput during the outage
     /// and when the rail carried data again.
     #[arg(long, value_name = "RAIL@TIME[:for=D][:side=H]", help_heading = "Benchmark")]
-    pub fail_rail: Option<String>,
+    pub fail_rail: Vec<String>,
 
     // ----- comparison -----
     /// Compare configurations side by side (medians over rounds, ratio to

@@ -13,7 +13,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let pins = launch::parse_pin(&args.pin, args.np)?;
     let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np)?;
     let root = match &placement {
-        Some(p) => format!("{}:{}", p.root_ip, launch::free_port("127.0.0.1")?),
+        Some(p) => p.root(launch::free_port("127.0.0.1")?),
         None => format!("127.0.0.1:{}", launch::free_port("127.0.0.1")?),
     };
     let key = multirail::generate_key();

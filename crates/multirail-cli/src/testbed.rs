@@ -55,11 +55,19 @@ pub struct HostPlacement {
     pub rails: String,
 }
 
-/// Rank i in host i: the namespaces, rails and the root address.
+/// Rank i in host i: the namespaces, rails and the root addresses.
 pub struct Placement {
     pub hosts: Vec<HostPlacement>,
-    /// Rank 0's address on rail 0, where ranks meet.
-    pub root_ip: String,
+    /// Rank 0's address on every rail, where ranks meet (a rail that is
+    /// down does not keep the job from starting).
+    pub root_ips: Vec<String>,
+}
+
+impl Placement {
+    /// `MULTIRAIL_ROOT` for this placement: every rail's address, one port.
+    pub fn root(&self, port: u16) -> String {
+        self.root_ips.iter().map(|ip| format!("{ip}:{port}")).collect::<Vec<_>>().join(",")
+    }
 }
 
 /// Places `ranks` ranks in the testbed `prefix` (None when not asked).
@@ -82,6 +90,7 @@ pub fn placement(enabled: bool, prefix: &str, ranks: u32) -> anyhow::Result<Opti
         let rails = addrs.iter().map(|a| format!("tcp:{a}")).collect::<Vec<_>>().join(",");
         hosts.push(HostPlacement { netns: p.host_netns(h), rails });
     }
-    let root_ip = st.addr(0, 0).context("host0 has no rail0 address")?.to_string();
-    Ok(Some(Placement { hosts, root_ip }))
+    let root_ips: Vec<String> =
+        st.rail_addrs(0).context("host0 lacks an address on some rail")?.iter().map(|a| a.to_string()).collect();
+    Ok(Some(Placement { hosts, root_ips }))
 }

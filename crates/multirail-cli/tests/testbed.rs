@@ -1,8 +1,14 @@
 //! multirail on the emulated cluster (needs root, iproute2 and tbf; skips
 //! with the reason otherwise): validated transfers of assorted sizes with
-//! both progress engines, and a rail taken down with `ip link` mid-run.
+//! both progress engines, and rails that fail silently (`ip link set
+//! down`, which tells TCP nothing) in every way issue 8 lists: for good on
+//! either side, for seconds, before the job starts, two of three one after
+//! the other, and random losses of random length. Every byte is validated,
+//! and every run is bounded in time: a hang fails with a clear message.
 
-use std::process::{Command, Output};
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn multirail(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_multirail"));
@@ -15,8 +21,13 @@ struct Testbed(String);
 
 impl Testbed {
     fn up(tag: &str, rate: &str) -> Option<Testbed> {
+        Testbed::up_rails(tag, rate, 2)
+    }
+
+    fn up_rails(tag: &str, rate: &str, rails: usize) -> Option<Testbed> {
         let prefix = format!("mrt{}{tag}", std::process::id() % 10000);
-        let o = multirail(&["testbed", "up", "--prefix", &prefix, "--rate", rate]).output().ok()?;
+        let n = rails.to_string();
+        let o = multirail(&["testbed", "up", "--prefix", &prefix, "--rate", rate, "--rails", &n]).output().ok()?;
         if !o.status.success() {
             eprintln!("skipping: cannot build a testbed here: {}", String::from_utf8_lossy(&o.stderr).trim());
             return None;
@@ -104,4 +115,202 @@ fn rail_taken_down_with_ip_link_mid_run() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("UP"), "rail1 is back up");
+}
+
+/// Runs `cmd` for at most `limit`; a run that does not end in time is
+/// killed and fails the test, saying what hung.
+fn bounded(mut cmd: Command, limit: Duration, what: &str) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start multirail");
+    // Drain the pipes while waiting so a chatty child cannot block.
+    let mut out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let end = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for multirail") {
+            break st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            let e = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();
+            panic!("{what}: still running after {limit:?}, killed (a hang); stderr:\n{e}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output { status, stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
+}
+
+/// A validated 1 MiB bw run on testbed `tb` with the given extra flags;
+/// returns its stderr (the fail report).
+fn bw_with(tb: &Testbed, extra: &[&str], what: &str) -> String {
+    bw_out(tb, extra, what).1
+}
+
+/// [`bw_with`], returning stdout (the table with per-rail columns) too.
+fn bw_out(tb: &Testbed, extra: &[&str], what: &str) -> (String, String) {
+    let mut args = vec![
+        "bench",
+        "bw",
+        "--testbed",
+        "--testbed-prefix",
+        &tb.0,
+        "--pin",
+        "0,1",
+        "--validate",
+        "--sizes",
+        "1M",
+        "--iterations",
+        "40",
+        "--warmup",
+        "1",
+        "--rail-stats",
+    ];
+    args.extend_from_slice(extra);
+    let o = bounded(multirail(&args), Duration::from_secs(120), what);
+    let err = check(&o, what);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.lines().last().is_some_and(|l| l.contains("Pass")), "{what}: every byte validated: {out}");
+    (out, err)
+}
+
+/// The per-rail lines of the fail report: (MB during run, downs, suspects).
+fn rail_lines(err: &str) -> Vec<(f64, u64, u64)> {
+    err.lines()
+        .filter_map(|l| {
+            let c: Vec<&str> = l.trim_start_matches('#').split_whitespace().collect();
+            (c.len() == 7 && c[0].parse::<usize>().is_ok())
+                .then(|| (c[2].parse().unwrap_or(-1.0), c[5].parse().unwrap_or(0), c[6].parse().unwrap_or(0)))
+        })
+        .collect()
+}
+
+#[test]
+fn permanent_silent_loss_on_either_side() {
+    let Some(tb) = Testbed::up("p", "1gbit") else { return };
+    for side in ["host0", "host1"] {
+        let spec = format!("1@300ms:for=forever:side={side}");
+        let err = bw_with(&tb, &["--fail-rail", &spec], &format!("rail 1 lost for good in {side}"));
+        assert!(err.contains("down for the rest of the run"), "{err}");
+        let rails = rail_lines(&err);
+        assert_eq!(rails.len(), 2, "{err}");
+        assert!(rails[0].0 > rails[1].0, "rail 0 carried the run: {err}");
+        assert!(rails[1].2 >= 1, "rail 1 was routed around (suspect): {err}");
+        assert_eq!(rails[1].1, 0, "silence is not a connection failure: {err}");
+    }
+}
+
+#[test]
+fn a_silent_outage_of_seconds_and_the_rail_rejoins() {
+    let Some(tb) = Testbed::up("o", "1gbit") else { return };
+    let err = bw_with(&tb, &["--fail-rail", "1@300ms:for=3s", "--iterations", "120"], "rail 1 silent for 3 s");
+    assert!(err.contains("back up at"), "{err}");
+    assert!(err.contains("rail 1 carried data again"), "rail 1 rejoined and carried data: {err}");
+}
+
+#[test]
+fn a_rail_down_before_the_start_joins_when_it_comes_up() {
+    let Some(tb) = Testbed::up("b", "1gbit") else { return };
+    let host0 = format!("{}-host0", tb.0);
+    let ip = move |state: &str| {
+        let ok = Command::new("ip").args(["-n", &host0, "link", "set", "rail0", state]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "ip link set rail0 {state}");
+    };
+    // Rail 0, the rail the job would meet on, is down before the start;
+    // it comes up 5 s later, during the run.
+    ip("down");
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(5));
+        ip("up");
+    });
+    let (out, _) = bw_out(&tb, &["--iterations", "200"], "rail 0 down before the start");
+    back.join().expect("rail0 back up");
+    // Size, MB/s, Validation, rail0 MB, rail0 %, rail1 MB, rail1 %.
+    let last: Vec<&str> = out.lines().last().unwrap_or_default().split_whitespace().collect();
+    let rail0: f64 = last.get(3).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    assert!(rail0 > 0.0, "rail 0 joined once it came up and carried data: {out}");
+}
+
+#[test]
+fn two_of_three_rails_lost_one_after_the_other() {
+    let Some(tb) = Testbed::up_rails("t", "1gbit", 3) else { return };
+    let err = bw_with(
+        &tb,
+        &["--fail-rail", "0@300ms:for=forever", "--fail-rail", "2@1s:for=forever", "--iterations", "60"],
+        "rails 0 and 2 lost",
+    );
+    let rails = rail_lines(&err);
+    assert_eq!(rails.len(), 3, "{err}");
+    assert!(rails[1].0 > rails[0].0 && rails[1].0 > rails[2].0, "rail 1 carried the rest: {err}");
+    assert!(rails[0].2 >= 1 && rails[2].2 >= 1, "both were routed around: {err}");
+}
+
+#[test]
+fn random_silent_losses_of_random_length() {
+    let Some(tb) = Testbed::up("r", "1gbit") else { return };
+    let prefix = tb.0.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let st = stop.clone();
+    // Takes rails down and up at random (seeded), for random lengths,
+    // in either host, while validated transfers run.
+    let chaos = std::thread::spawn(move || {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut outages = 0;
+        while !st.load(std::sync::atomic::Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(200 + rnd(800)));
+            let (host, rail) = (rnd(2), rnd(2));
+            let ns = format!("{prefix}-host{host}");
+            let dev = format!("rail{rail}");
+            let _ = Command::new("ip").args(["-n", &ns, "link", "set", &dev, "down"]).status();
+            std::thread::sleep(Duration::from_millis(20 + rnd(2500)));
+            let _ = Command::new("ip").args(["-n", &ns, "link", "set", &dev, "up"]).status();
+            outages += 1;
+        }
+        outages
+    });
+    let mut runs = 0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(20) {
+        let o = bounded(
+            multirail(&[
+                "bench",
+                "bw",
+                "--testbed",
+                "--testbed-prefix",
+                &tb.0,
+                "--pin",
+                "0,1",
+                "--validate",
+                "--sizes",
+                "1,4K,300K,1M,4M",
+                "--iterations",
+                "10",
+                "--warmup",
+                "1",
+            ]),
+            Duration::from_secs(120),
+            "bw under random silent losses",
+        );
+        check(&o, "bw under random silent losses");
+        runs += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let outages = chaos.join().expect("chaos thread");
+    eprintln!("{runs} validated runs through {outages} random outages");
+    assert!(outages > 0);
 }

@@ -36,10 +36,11 @@ pub(crate) type Table = Vec<Vec<SocketAddr>>;
 
 /// Where this rank meets the others.
 pub enum Root {
-    /// Rank 0: accept the others on this listener.
-    Listen(TcpListener),
-    /// Other ranks: connect here.
-    Connect(SocketAddr),
+    /// Rank 0: accept the others on these listeners (one per address, so
+    /// the others can reach it over any rail).
+    Listen(Vec<TcpListener>),
+    /// Other ranks: connect to the first of these that answers.
+    Connect(Vec<SocketAddr>),
 }
 
 /// What we know about ourselves, for setup and later reconnections.
@@ -184,7 +185,7 @@ fn remaining(deadline: Instant) -> Duration {
 /// Rank 0: waits for every other rank, then sends everyone the table.
 pub(crate) fn gather(
     me: &Me,
-    listener: &TcpListener,
+    listeners: &[TcpListener],
     mine: Vec<SocketAddr>,
     deadline: Instant,
 ) -> Result<Table, Error> {
@@ -192,22 +193,33 @@ pub(crate) fn gather(
     let mut table: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
     table[0] = Some(mine);
     let mut joined: Vec<TcpStream> = Vec::new();
-    listener.set_nonblocking(true)?;
+    for l in listeners {
+        l.set_nonblocking(true)?;
+    }
+    let mut turn = 0;
     while joined.len() + 1 < n {
-        let (mut s, from) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+        turn += 1;
+        let accepted = listeners.iter().find_map(|l| match l.accept() {
+            Ok(x) => Some(Ok(x)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(e) => Some(Err(e)),
+        });
+        let (mut s, from) = match accepted {
+            Some(x) => x?,
+            None => {
                 if Instant::now() >= deadline {
                     let missing: Vec<usize> = (0..n).filter(|&r| table[r].is_none()).collect();
+                    let at: Vec<String> =
+                        listeners.iter().filter_map(|l| l.local_addr().ok()).map(|a| a.to_string()).collect();
                     return Err(setup_err(format!(
                         "ranks {missing:?} did not join at {} within the setup timeout",
-                        listener.local_addr()?
+                        at.join(", ")
                     )));
                 }
-                std::thread::sleep(Duration::from_millis(2));
+                // Sleep little at first (ranks start together), more later.
+                std::thread::sleep(Duration::from_millis(if turn < 1000 { 1 } else { 10 }));
                 continue;
             }
-            Err(e) => return Err(e.into()),
         };
         s.set_nonblocking(false)?;
         let taken: Vec<bool> = table.iter().map(Option::is_some).collect();
@@ -240,13 +252,18 @@ pub(crate) fn gather(
     Ok(table)
 }
 
-/// Other ranks: join at the root and learn the table.
-pub(crate) fn join(me: &Me, root: SocketAddr, mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
-    let mut s = loop {
+/// Other ranks: join at the root (the first of its addresses that
+/// answers, trying each in turn) and learn the table.
+pub(crate) fn join(me: &Me, roots: &[SocketAddr], mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
+    let mut turn = 0usize;
+    let (mut s, root) = loop {
+        let root = roots[turn % roots.len()];
+        turn += 1;
         match TcpStream::connect_timeout(&root, remaining(deadline).min(Duration::from_secs(2))) {
-            Ok(s) => break s,
+            Ok(s) => break (s, root),
             Err(e) if Instant::now() >= deadline => {
-                return Err(setup_err(format!("cannot reach the root (rank 0) at {root}: {e}")));
+                let all: Vec<String> = roots.iter().map(|a| a.to_string()).collect();
+                return Err(setup_err(format!("cannot reach the root (rank 0) at {}: {e}", all.join(", "))));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }

@@ -117,12 +117,12 @@ impl Builder {
     }
     /// Rank 0: accept the other ranks on this listener.
     pub fn root_listener(mut self, l: TcpListener) -> Builder {
-        self.root = Some(Root::Listen(l));
+        self.root = Some(Root::Listen(vec![l]));
         self
     }
     /// Ranks other than 0: meet rank 0 here.
     pub fn root(mut self, addr: SocketAddr) -> Builder {
-        self.root = Some(Root::Connect(addr));
+        self.root = Some(Root::Connect(vec![addr]));
         self
     }
     /// Connects to every other rank and starts the progress engine.
@@ -190,10 +190,14 @@ impl Endpoint {
             (_, 1) => None,
             (None, _) => return Err(Error::Config(format!("{}: MULTIRAIL_ROOT=host:port is not set", job.source))),
             (Some(r), _) if job.rank == 0 => {
-                let addr = resolve(r)?;
-                let l = multirail_transport::tcp::listen(addr.ip(), addr.port(), &cfg.socket)
-                    .map_err(|e| Error::Setup(format!("rank 0 cannot listen on MULTIRAIL_ROOT={r}: {e}")))?;
-                Some(Root::Listen(l))
+                let mut ls = Vec::new();
+                for addr in resolve(r)? {
+                    let l = multirail_transport::tcp::listen(addr.ip(), addr.port(), &cfg.socket).map_err(|e| {
+                        Error::Setup(format!("rank 0 cannot listen on {addr} (MULTIRAIL_ROOT={r}): {e}"))
+                    })?;
+                    ls.push(l);
+                }
+                Some(Root::Listen(ls))
             }
             (Some(r), _) => Some(Root::Connect(resolve(r)?)),
         };
@@ -218,7 +222,7 @@ impl Endpoint {
         let table = match (size, root) {
             (1, _) => vec![mine],
             (_, Some(Root::Listen(l))) if rank == 0 => bootstrap::gather(&me, &l, mine, deadline)?,
-            (_, Some(Root::Connect(a))) if rank != 0 => bootstrap::join(&me, a, mine, deadline)?,
+            (_, Some(Root::Connect(a))) if rank != 0 => bootstrap::join(&me, &a, mine, deadline)?,
             _ => return Err(Error::Config("rank 0 needs a root listener, other ranks a root address".into())),
         };
         let shared = Arc::new(Self::make_shared(&cfg, rank, size));

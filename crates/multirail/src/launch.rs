@@ -55,10 +55,20 @@ fn single_node_root(source: &str, size: u32) -> Option<String> {
     Some(format!("127.0.0.1:{}", 20000 + h % 20000))
 }
 
-/// Resolves `host:port`.
-pub fn resolve(addr: &str) -> Result<SocketAddr, Error> {
-    addr.to_socket_addrs()
-        .map_err(|e| Error::Config(format!("MULTIRAIL_ROOT={addr}: {e}")))?
-        .next()
-        .ok_or_else(|| Error::Config(format!("MULTIRAIL_ROOT={addr}: no address")))
+/// Resolves `host:port[,host:port...]` (rank 0 listens on each; the
+/// others try each in turn, so the job can meet over any rail).
+pub fn resolve(list: &str) -> Result<Vec<SocketAddr>, Error> {
+    let mut out = Vec::new();
+    for addr in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let a = addr
+            .to_socket_addrs()
+            .map_err(|e| Error::Config(format!("MULTIRAIL_ROOT={list}: '{addr}': {e}")))?
+            .next()
+            .ok_or_else(|| Error::Config(format!("MULTIRAIL_ROOT={list}: '{addr}' has no address")))?;
+        out.push(a);
+    }
+    if out.is_empty() {
+        return Err(Error::Config("MULTIRAIL_ROOT is empty (expected host:port[,host:port...])".into()));
+    }
+    Ok(out)
 }

@@ -82,45 +82,58 @@ impl FailPlan {
         }
         Ok(plan)
     }
-
-    /// Before the endpoint is built: arms the fault-injecting rail (rank 0
-    /// only; killing one end takes the connection down for both).
-    pub fn prepare(self, cfg: &mut Config, rank: u32) -> anyhow::Result<Injector> {
-        if self.rail >= cfg.rails.len() {
-            bail!("--fail-rail {}: there are only {} rails", self.rail, cfg.rails.len());
-        }
-        let switch = Arc::new(AtomicBool::new(false));
-        let testbed = std::env::var(TESTBED_PREFIX).ok().filter(|p| !p.is_empty());
-        if testbed.is_none() && self.side != 0 {
-            bail!("--fail-rail ...:side=host{}: sides exist only in a testbed (--testbed)", self.side);
-        }
-        if rank == 0 && testbed.is_none() {
-            if cfg.faults.len() <= self.rail {
-                cfg.faults.resize(self.rail + 1, None);
-            }
-            cfg.faults[self.rail] = Some(FaultConfig { kill_switch: Some(switch.clone()), ..Default::default() });
-        }
-        let netns = match &testbed {
-            Some(p) => Some(multirail_testbed::Prefix::new(p)?.host_netns(self.side)),
-            None => None,
-        };
-        Ok(Injector { plan: self, switch, netns })
-    }
 }
 
-/// Takes the rail down and up.
+/// Takes rails down and up as planned.
 pub struct Injector {
+    plans: Vec<Armed>,
+}
+
+struct Armed {
     plan: FailPlan,
     switch: Arc<AtomicBool>,
     /// Testbed host namespace whose interface goes down.
     netns: Option<String>,
 }
 
-/// One sample: time, bytes moved on every rail, bytes on the failed rail,
-/// and whether the failed rail is usable (up, not suspect).
-type Sample = (Duration, u64, u64, bool);
-
 impl Injector {
+    /// Before the endpoint is built: arms the fault-injecting rails (rank 0
+    /// only; killing one end takes the connection down for both).
+    pub fn prepare(plans: Vec<FailPlan>, cfg: &mut Config, rank: u32) -> anyhow::Result<Injector> {
+        let testbed = std::env::var(TESTBED_PREFIX).ok().filter(|p| !p.is_empty());
+        let mut armed: Vec<Armed> = Vec::new();
+        for plan in plans {
+            if plan.rail >= cfg.rails.len() {
+                bail!("--fail-rail {}: there are only {} rails", plan.rail, cfg.rails.len());
+            }
+            if armed.iter().any(|a| a.plan.rail == plan.rail) {
+                bail!("--fail-rail: rail {} is given twice (one failure per rail)", plan.rail);
+            }
+            if testbed.is_none() && plan.side != 0 {
+                bail!("--fail-rail ...:side=host{}: sides exist only in a testbed (--testbed)", plan.side);
+            }
+            let switch = Arc::new(AtomicBool::new(false));
+            if rank == 0 && testbed.is_none() {
+                if cfg.faults.len() <= plan.rail {
+                    cfg.faults.resize(plan.rail + 1, None);
+                }
+                cfg.faults[plan.rail] = Some(FaultConfig { kill_switch: Some(switch.clone()), ..Default::default() });
+            }
+            let netns = match &testbed {
+                Some(p) => Some(multirail_testbed::Prefix::new(p)?.host_netns(plan.side)),
+                None => None,
+            };
+            armed.push(Armed { plan, switch, netns });
+        }
+        Ok(Injector { plans: armed })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.plans.is_empty()
+    }
+}
+
+impl Armed {
     fn set_down(&self, down: bool) {
         let Some(netns) = &self.netns else {
             self.switch.store(down, Ordering::Release);
@@ -135,52 +148,6 @@ impl Injector {
         if !ok {
             eprintln!("multirail: --fail-rail: `ip -n {netns} link set {dev} {state}` failed");
         }
-    }
-
-    /// Runs `work` while failing the rail on schedule and sampling the
-    /// bytes `ep` moves to and from `peer`.
-    pub fn watch<R>(&self, ep: &Endpoint, peer: u32, work: impl FnOnce() -> R) -> (R, FailReport) {
-        let stop = AtomicBool::new(false);
-        let before = ep.rail_stats(peer);
-        let t0 = Instant::now();
-        let rail = self.plan.rail;
-        let mut events: (Option<Duration>, Option<Duration>) = (None, None);
-        let mut samples: Vec<Sample> = Vec::new();
-        let r = std::thread::scope(|s| {
-            let timer = s.spawn(|| self.drive(t0, &stop));
-            let sampler = s.spawn(|| {
-                let mut v = Vec::new();
-                while !stop.load(Ordering::Acquire) {
-                    let st = ep.rail_stats(peer);
-                    let moved: u64 = st.iter().map(|r| r.tx_bytes + r.rx_bytes).sum();
-                    let f = st.get(rail).map_or((0, false), |r| (r.tx_bytes + r.rx_bytes, r.up && !r.suspect));
-                    v.push((t0.elapsed(), moved, f.0, f.1));
-                    std::thread::sleep(SAMPLE);
-                }
-                v
-            });
-            let r = work();
-            stop.store(true, Ordering::Release);
-            events = timer.join().unwrap_or_default();
-            samples = sampler.join().unwrap_or_default();
-            r
-        });
-        if events.0.is_some() && events.1.is_none() {
-            // The rail stays down only for the run, not after it.
-            self.set_down(false);
-        }
-        let report = FailReport {
-            plan: self.plan,
-            down_at: events.0,
-            up_at: events.1,
-            stall: longest_stall(&samples, events.0),
-            outage_rate: outage_rate(&samples, events.0, events.1),
-            rejoined_after: rejoined(&samples, events.1),
-            before,
-            after: ep.rail_stats(peer),
-            errors: ep.rail_errors(),
-        };
-        (r, report)
     }
 
     /// Returns when the rail went down and came back up.
@@ -203,6 +170,69 @@ impl Injector {
     }
 }
 
+/// One sample: time, bytes moved on every rail, and per rail its bytes
+/// and whether it is usable (up, not suspect).
+type Sample = (Duration, u64, Vec<(u64, bool)>);
+
+impl Injector {
+    /// Runs `work` while failing rails on schedule and sampling the bytes
+    /// `ep` moves to and from `peer`.
+    pub fn watch<R>(&self, ep: &Endpoint, peer: u32, work: impl FnOnce() -> R) -> (R, FailReport) {
+        let stop = AtomicBool::new(false);
+        let before = ep.rail_stats(peer);
+        let t0 = Instant::now();
+        let mut events: Vec<(Option<Duration>, Option<Duration>)> = Vec::new();
+        let mut samples: Vec<Sample> = Vec::new();
+        let r = std::thread::scope(|s| {
+            let timers: Vec<_> = self.plans.iter().map(|a| s.spawn(|| a.drive(t0, &stop))).collect();
+            let sampler = s.spawn(|| {
+                let mut v = Vec::new();
+                while !stop.load(Ordering::Acquire) {
+                    let st = ep.rail_stats(peer);
+                    let moved: u64 = st.iter().map(|r| r.tx_bytes + r.rx_bytes).sum();
+                    let per = st.iter().map(|r| (r.tx_bytes + r.rx_bytes, r.up && !r.suspect)).collect();
+                    v.push((t0.elapsed(), moved, per));
+                    std::thread::sleep(SAMPLE);
+                }
+                v
+            });
+            let r = work();
+            stop.store(true, Ordering::Release);
+            events = timers.into_iter().map(|t| t.join().unwrap_or_default()).collect();
+            samples = sampler.join().unwrap_or_default();
+            r
+        });
+        for (a, e) in self.plans.iter().zip(&events) {
+            if e.0.is_some() && e.1.is_none() {
+                // A rail stays down only for the run, not after it.
+                a.set_down(false);
+            }
+        }
+        let first_down = events.iter().filter_map(|e| e.0).min();
+        let first_up = events.iter().filter_map(|e| e.1).min();
+        let failures = self
+            .plans
+            .iter()
+            .zip(&events)
+            .map(|(a, &(down_at, up_at))| Failure {
+                plan: a.plan,
+                down_at,
+                up_at,
+                rejoined_after: rejoined(&samples, a.plan.rail, up_at),
+            })
+            .collect();
+        let report = FailReport {
+            failures,
+            stall: longest_stall(&samples, first_down),
+            outage_rate: outage_rate(&samples, first_down, first_up),
+            before,
+            after: ep.rail_stats(peer),
+            errors: ep.rail_errors(),
+        };
+        (r, report)
+    }
+}
+
 /// The longest time without any byte delivered, starting at or after the
 /// failure.
 fn longest_stall(samples: &[Sample], from: Option<Duration>) -> Option<Duration> {
@@ -210,7 +240,7 @@ fn longest_stall(samples: &[Sample], from: Option<Duration>) -> Option<Duration>
     let mut best = Duration::ZERO;
     let mut since: Option<Duration> = None;
     for w in samples.windows(2) {
-        let ((t0, b0, ..), (t1, b1, ..)) = (w[0], w[1]);
+        let ((t0, b0), (t1, b1)) = ((w[0].0, w[0].1), (w[1].0, w[1].1));
         if t1 < from {
             continue;
         }
@@ -236,21 +266,29 @@ fn outage_rate(samples: &[Sample], down: Option<Duration>, up: Option<Duration>)
     (span >= Duration::from_millis(100)).then(|| (last.1 - first.1) as f64 / span.as_secs_f64())
 }
 
-/// How long after the link came back the failed rail carried data again.
-fn rejoined(samples: &[Sample], up: Option<Duration>) -> Option<Duration> {
+/// How long after the link came back `rail` carried data again.
+fn rejoined(samples: &[Sample], rail: usize, up: Option<Duration>) -> Option<Duration> {
     let up = up?;
-    let at_up = samples.iter().find(|s| s.0 >= up)?;
-    samples.iter().find(|s| s.0 >= up && s.3 && s.2 > at_up.2).map(|s| s.0 - up)
+    let at = |s: &Sample| s.2.get(rail).copied().unwrap_or((0, false));
+    let base = at(samples.iter().find(|s| s.0 >= up)?).0;
+    samples.iter().find(|s| s.0 >= up && at(s).1 && at(s).0 > base).map(|s| s.0 - up)
 }
 
-/// What happened around the failure.
-pub struct FailReport {
+/// One planned failure and what came of it.
+struct Failure {
     plan: FailPlan,
     down_at: Option<Duration>,
     up_at: Option<Duration>,
-    stall: Option<Duration>,
-    outage_rate: Option<f64>,
     rejoined_after: Option<Duration>,
+}
+
+/// What happened around the failures.
+pub struct FailReport {
+    failures: Vec<Failure>,
+    /// From the first failure on.
+    stall: Option<Duration>,
+    /// From the first failure to the first recovery (or the end).
+    outage_rate: Option<f64>,
     before: Vec<RailStats>,
     after: Vec<RailStats>,
     errors: Vec<(u32, usize, String)>,
@@ -259,39 +297,33 @@ pub struct FailReport {
 impl fmt::Display for FailReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
-        match self.down_at {
-            None => writeln!(
-                f,
-                "# fail-rail: the run ended before rail {} was to fail at {}",
-                self.plan.rail,
-                ms(self.plan.at)
-            )?,
-            Some(t) => {
-                let side = if self.plan.side == 0 { String::new() } else { format!(" (in host{})", self.plan.side) };
-                write!(f, "# fail-rail: rail {}{side} down at {}", self.plan.rail, ms(t))?;
-                match self.up_at {
-                    Some(u) => writeln!(f, ", back up at {}", ms(u))?,
-                    None => writeln!(f, ", down for the rest of the run")?,
+        for x in &self.failures {
+            let rail = x.plan.rail;
+            let side = if x.plan.side == 0 { String::new() } else { format!(" (in host{})", x.plan.side) };
+            match (x.down_at, x.up_at) {
+                (None, _) => {
+                    writeln!(f, "# fail-rail: the run ended before rail {rail} was to fail at {}", ms(x.plan.at))?
                 }
-                if let Some(s) = self.stall {
-                    writeln!(f, "# fail-rail: longest delivery stall after the failure: {}", ms(s))?;
+                (Some(t), Some(u)) => {
+                    writeln!(f, "# fail-rail: rail {rail}{side} down at {}, back up at {}", ms(t), ms(u))?
                 }
-                if let Some(r) = self.outage_rate {
-                    writeln!(f, "# fail-rail: throughput while rail {} was down: {:.1} MB/s", self.plan.rail, r / 1e6)?;
-                }
-                match (self.up_at, self.rejoined_after) {
-                    (Some(_), Some(d)) => writeln!(
-                        f,
-                        "# fail-rail: rail {} carried data again {} after it came back",
-                        self.plan.rail,
-                        ms(d)
-                    )?,
-                    (Some(_), None) => {
-                        writeln!(f, "# fail-rail: rail {} carried no data after it came back", self.plan.rail)?
-                    }
-                    _ => {}
+                (Some(t), None) => {
+                    writeln!(f, "# fail-rail: rail {rail}{side} down at {}, down for the rest of the run", ms(t))?
                 }
             }
+            match (x.up_at, x.rejoined_after) {
+                (Some(_), Some(d)) => {
+                    writeln!(f, "# fail-rail: rail {rail} carried data again {} after it came back", ms(d))?
+                }
+                (Some(_), None) => writeln!(f, "# fail-rail: rail {rail} carried no data after it came back")?,
+                _ => {}
+            }
+        }
+        if let Some(s) = self.stall {
+            writeln!(f, "# fail-rail: longest delivery stall after the failure: {}", ms(s))?;
+        }
+        if let Some(r) = self.outage_rate {
+            writeln!(f, "# fail-rail: throughput during the outage: {:.1} MB/s", r / 1e6)?;
         }
         writeln!(
             f,
@@ -346,7 +378,7 @@ mod tests {
     }
 
     fn sample(ms: u64, total: u64, rail: u64, usable: bool) -> Sample {
-        (Duration::from_millis(ms), total, rail, usable)
+        (Duration::from_millis(ms), total, vec![(0, true), (rail, usable)])
     }
 
     #[test]
@@ -366,7 +398,7 @@ mod tests {
         assert_eq!(outage_rate(&s, Some(ms(0)), Some(ms(250))), None, "too short to tell");
         // The rail's bytes grow again at 700 while usable from 650.
         let s: Vec<Sample> = (0..1000u64).map(|t| sample(t, t, if t >= 700 { t } else { 5 }, t >= 650)).collect();
-        assert_eq!(rejoined(&s, Some(ms(500))), Some(ms(200)));
-        assert_eq!(rejoined(&s, None), None);
+        assert_eq!(rejoined(&s, 1, Some(ms(500))), Some(ms(200)));
+        assert_eq!(rejoined(&s, 1, None), None);
     }
 }

@@ -22,10 +22,8 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
         cfg.key = Some(k.into_bytes());
     }
     let spec = spec_of(args, job.size)?;
-    let failure = match args.fail_rail.as_deref() {
-        Some(s) => Some(fail::FailPlan::parse(s)?.prepare(&mut cfg, job.rank)?),
-        None => None,
-    };
+    let plans = args.fail_rail.iter().map(|s| fail::FailPlan::parse(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let failure = Some(fail::Injector::prepare(plans, &mut cfg, job.rank)?).filter(|i| !i.is_empty());
     let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
     let lead = ep.rank() == 0;
     let info = RunInfo::from_endpoint(&ep, &spec);
