@@ -34,7 +34,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
     if args.server {
         let key = key_for_server();
-        let job = JobInfo { rank: 0, size: 2, root: Some(format!("0.0.0.0:{}", args.port)), source: "--server" };
+        let job = JobInfo {
+            rank: 0,
+            size: 2,
+            root: Some(format!("0.0.0.0:{}", args.port)),
+            pmix: false,
+            source: "--server",
+            multi_node: Some(true),
+        };
         if !args.quiet {
             eprintln!("# waiting for the client on port {}; on the other host run:", args.port);
             eprintln!(
@@ -49,7 +56,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         if !args.quiet {
             eprintln!("# joining the server at {addr}; the server prints the results");
         }
-        let job = JobInfo { rank: 1, size: 2, root: Some(addr.clone()), source: "--connect" };
+        let job = JobInfo {
+            rank: 1,
+            size: 2,
+            root: Some(addr.clone()),
+            pmix: false,
+            source: "--connect",
+            multi_node: Some(true),
+        };
         return rank::run(&args, &job);
     }
     let (code, _) = launch_local(&args, &[], &[], false)?;

@@ -236,31 +236,88 @@ fn run_gives_ranks_their_environment() {
     assert!(t.contains("rank=0 size=2") && t.contains("rank=1 size=2") && t.contains("root=127.0.0.1:"), "{t}");
 }
 
+/// `mpirun` on PATH, else the reason to skip.
+fn have_mpirun() -> bool {
+    let ok = Command::new("sh").args(["-c", "command -v mpirun"]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: mpirun not installed (apt-get install openmpi-bin)");
+    }
+    ok
+}
+
+fn mpirun(np: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["--kill-after=5", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
+        .arg(env!("CARGO_BIN_EXE_multirail"))
+        .args(args)
+        .env("OMPI_MCA_plm_rsh_agent", "")
+        .env("MULTIRAIL_LOG", "info")
+        .env_remove("MULTIRAIL_ROOT")
+        .env_remove("MULTIRAIL_RANK")
+        .env_remove("MULTIRAIL_LAUNCHED");
+    c
+}
+
 #[test]
-fn mpirun_launch() {
-    let Ok(which) = Command::new("sh").args(["-c", "command -v mpirun"]).output() else { return };
-    if !which.status.success() {
-        eprintln!("skipping mpirun_launch: mpirun not installed (apt-get install openmpi-bin)");
+fn mpirun_launch_with_pmix_wire_up() {
+    if !have_mpirun() {
         return;
     }
-    let o = Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
-        .args([
-            env!("CARGO_BIN_EXE_multirail"),
-            "bench",
-            "latency",
-            "--sizes",
-            "8,1K",
-            "--iterations",
-            "20",
-            "--warmup",
-            "2",
-        ])
-        .env("OMPI_MCA_plm_rsh_agent", "")
+    let o = mpirun("4", &["bench", "mbw_mr", "--pairs", "2", "--sizes", "8,64K", "--iterations", "20", "--validate"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "mpirun failed: {err}");
+    assert!(o.status.success(), "mpirun failed (exit {:?}): {err}", o.status.code());
     let t = stdout(&o);
-    assert_eq!(rows(&t).len(), 2, "{t}");
+    let data: Vec<&str> = t.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert_eq!(data.len(), 2, "{t}");
+    assert!(data.iter().all(|l| l.ends_with("Pass")), "validated: {t}");
+    if err.contains("wire-up through PMIx") {
+        assert_eq!(err.matches("wire-up through PMIx").count(), 4, "every rank met through PMIx: {err}");
+    } else {
+        eprintln!("note: this mpirun gave no PMIx server; the ranks met through the single-node default");
+    }
+}
+
+#[test]
+fn mpirun_with_an_unusable_pmix_falls_back_or_says_what_to_set() {
+    if !have_mpirun() {
+        return;
+    }
+    // PMIx announced but its library cannot be loaded, no MULTIRAIL_ROOT:
+    // on one node the ranks still meet (the single-node default), with a
+    // warning that names both ways to do better.
+    let o = mpirun("2", &["bench", "latency", "--sizes", "8", "--iterations", "20"])
+        .env("MULTIRAIL_PMIX_LIB", "/nonexistent/libpmix.so")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("wire-up through PMIx"), "{err}");
+    assert!(err.contains("/nonexistent/libpmix.so") && err.contains("MULTIRAIL_ROOT"), "{err}");
+}
+
+#[test]
+fn a_multi_node_job_without_pmix_or_root_fails_at_once_saying_what_to_set() {
+    // What a rank of a 2-node Open MPI job without PMIx sees.
+    let t0 = std::time::Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_multirail"))
+        .args(["bench", "latency", "--sizes", "8"])
+        .env("OMPI_COMM_WORLD_RANK", "1")
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .env("OMPI_COMM_WORLD_LOCAL_SIZE", "1")
+        .env_remove("PMIX_RANK")
+        .env_remove("PMIX_NAMESPACE")
+        .env_remove("MULTIRAIL_ROOT")
+        .env_remove("MULTIRAIL_RANK")
+        .env_remove("MULTIRAIL_LAUNCHED")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10), "fails at once, not after a timeout");
+    assert!(
+        err.contains("on several hosts") && err.contains("MULTIRAIL_ROOT=host:port") && err.contains("PMIx"),
+        "{err}"
+    );
 }

@@ -314,3 +314,46 @@ fn random_silent_losses_of_random_length() {
     eprintln!("{runs} validated runs through {outages} random outages");
     assert!(outages > 0);
 }
+
+#[test]
+fn mpirun_across_testbed_hosts_meets_through_pmix() {
+    let have = Command::new("sh").args(["-c", "command -v mpirun"]).output().is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("skipping: mpirun not installed (apt-get install openmpi-bin)");
+        return;
+    }
+    let Some(tb) = Testbed::up("m", "1gbit") else { return };
+    // Open MPI starts host1's daemon through the netns agent (an "rsh" that
+    // enters the namespace owning the address); each daemon is its host's
+    // PMIx server. No MULTIRAIL_ROOT anywhere.
+    let agent = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/lib/netns-agent");
+    let exe = env!("CARGO_BIN_EXE_multirail");
+    let rank = |host: &str| -> Vec<String> {
+        ["-np", "1", "-H", host, "env", "MULTIRAIL_RAILS=tcp:rail0,tcp:rail1", "MULTIRAIL_LOG=info", exe]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(
+                ["bench", "bw", "--sizes", "1K,1M", "--iterations", "20", "--validate"].iter().map(|s| s.to_string()),
+            )
+            .collect()
+    };
+    let st = multirail(&["testbed", "status", "--prefix", &tb.0, "--json"]).output().unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).expect("testbed status --json");
+    let addr = |h: usize| st["hosts"][h]["rails"][0]["addr"].as_str().expect("rail0 address").to_string();
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &format!("{}-host0", tb.0), "mpirun", "--allow-run-as-root", "--bind-to", "none"])
+        .args(["--mca", "plm_rsh_agent", agent, "--mca", "oob_tcp_if_include", "rail0"])
+        .args(rank(&addr(0)))
+        .arg(":")
+        .args(rank(&addr(1)))
+        .env("MR_NETNS_PREFIX", &tb.0)
+        .env_remove("MULTIRAIL_ROOT")
+        .env_remove("MULTIRAIL_RAILS")
+        .env_remove("MULTIRAIL_LAUNCHED")
+        .env_remove("MULTIRAIL_RANK");
+    let o = bounded(cmd, Duration::from_secs(120), "mpirun across testbed hosts");
+    let err = check(&o, "mpirun across testbed hosts");
+    assert_eq!(err.matches("wire-up through PMIx").count(), 2, "both ranks met through PMIx: {err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.lines().filter(|l| l.ends_with("Pass")).count(), 2, "{out}");
+}

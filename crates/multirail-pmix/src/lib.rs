@@ -90,6 +90,12 @@ impl Pmix {
         detected_in(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
     }
 
+    /// Loads libpmix (once per process) without starting a session: `Ok`
+    /// if [`init`](Self::init) can get as far as calling `PMIx_Init`.
+    pub fn loadable() -> Result<(), PmixError> {
+        api().map(|_| ())
+    }
+
     /// Loads libpmix and calls PMIx_Init. Err if not detected or not loadable.
     ///
     /// Errors: [`PmixError::NotLaunched`] without the launcher's environment,

@@ -41,7 +41,12 @@ pub enum Root {
     Listen(Vec<TcpListener>),
     /// Other ranks: connect to the first of these that answers.
     Connect(Vec<SocketAddr>),
+    /// Every rank: publish and fetch addresses through the launcher's PMIx.
+    Pmix,
 }
+
+/// The PMIx key under which each rank publishes its rail addresses.
+pub(crate) const PMIX_KEY: &str = "multirail.rails";
 
 /// What we know about ourselves, for setup and later reconnections.
 #[derive(Clone)]
@@ -302,6 +307,36 @@ pub(crate) struct ConnectError {
     /// is gone (or another job took its place).
     pub refused: bool,
     pub message: String,
+}
+
+/// Every rank publishes its row of the address table through the
+/// launcher's PMIx server (put, commit, fence) and fetches everyone's: no
+/// meeting point of our own.
+pub(crate) fn pmix_exchange(me: &Me, mine: Vec<SocketAddr>) -> Result<Table, Error> {
+    use multirail_pmix::Pmix;
+    let pmix_err = |what: &str, e: multirail_pmix::PmixError| {
+        setup_err(format!("PMIx wire-up: {what}: {e} (set MULTIRAIL_ROOT=host:port to meet without PMIx)"))
+    };
+    let rails = me.cfg.rails.len();
+    let p = Pmix::init().map_err(|e| pmix_err("init", e))?;
+    if p.rank() != me.rank {
+        return Err(setup_err(format!("PMIx says this is rank {}, the launcher said {}", p.rank(), me.rank)));
+    }
+    let size = p.size().map_err(|e| pmix_err("job size", e))?;
+    tracing::info!("wire-up through PMIx (namespace {}, {size} ranks)", p.namespace());
+    if size != me.size {
+        return Err(setup_err(format!("PMIx says the job has {size} ranks, the launcher said {}", me.size)));
+    }
+    p.put(PMIX_KEY, &encode_table(&[mine], rails)).map_err(|e| pmix_err("put", e))?;
+    p.commit().map_err(|e| pmix_err("commit", e))?;
+    p.fence().map_err(|e| pmix_err("fence", e))?;
+    let mut table = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        let b = p.get(r, PMIX_KEY).map_err(|e| pmix_err(&format!("rank {r}'s addresses"), e))?;
+        let row = read_table(&mut &b[..], 1, rails).map_err(|e| setup_err(format!("rank {r} via PMIx: {e}")))?;
+        table.push(row.into_iter().next().unwrap_or_default());
+    }
+    Ok(table)
 }
 
 /// Connects rail `k` to `peer` at `addr`, proposing connection generation

@@ -188,20 +188,51 @@ impl Endpoint {
     pub fn from_job(cfg: Config, job: &JobInfo) -> Result<Endpoint, Error> {
         let root = match (&job.root, job.size) {
             (_, 1) => None,
-            (None, _) => return Err(Error::Config(format!("{}: MULTIRAIL_ROOT=host:port is not set", job.source))),
-            (Some(r), _) if job.rank == 0 => {
-                let mut ls = Vec::new();
-                for addr in resolve(r)? {
-                    let l = multirail_transport::tcp::listen(addr.ip(), addr.port(), &cfg.socket).map_err(|e| {
-                        Error::Setup(format!("rank 0 cannot listen on {addr} (MULTIRAIL_ROOT={r}): {e}"))
-                    })?;
-                    ls.push(l);
+            (root, _) if job.pmix => match (multirail_pmix::Pmix::loadable(), root) {
+                (Ok(()), _) => Some(Root::Pmix),
+                // One node: meet at the derived loopback port instead.
+                (Err(e), Some(r)) => {
+                    tracing::warn!(
+                        "{e}; the ranks meet at {r} instead (set MULTIRAIL_ROOT=host:port, or MULTIRAIL_PMIX_LIB to libpmix)"
+                    );
+                    Some(Self::root_of(&cfg, job, r)?)
                 }
-                Some(Root::Listen(ls))
+                (Err(e), None) => {
+                    return Err(Error::Config(format!(
+                        "{}: a PMIx launcher started the job, but {e}: set MULTIRAIL_PMIX_LIB=/path/to/libpmix.so, \
+                         or MULTIRAIL_ROOT=host:port (an address of rank 0's host)",
+                        job.source
+                    )));
+                }
+            },
+            (Some(r), _) => Some(Self::root_of(&cfg, job, r)?),
+            (None, _) => {
+                return Err(Error::Config(format!(
+                    "{}: {} ranks{} need a meeting point: set MULTIRAIL_ROOT=host:port (an address of rank 0's \
+                     host, reachable from every rank; several as host:port,host:port), or start the job with a \
+                     PMIx launcher (mpirun, srun --mpi=pmix) with libpmix installed",
+                    job.source,
+                    job.size,
+                    if job.multi_node == Some(true) { " on several hosts" } else { "" }
+                )));
             }
-            (Some(r), _) => Some(Root::Connect(resolve(r)?)),
         };
         Endpoint::start(cfg, job.rank, job.size, root)
+    }
+
+    /// Rank 0 listens at `r` (every address of the list); the others
+    /// connect there.
+    fn root_of(cfg: &Config, job: &JobInfo, r: &str) -> Result<Root, Error> {
+        if job.rank != 0 {
+            return Ok(Root::Connect(resolve(r)?));
+        }
+        let mut ls = Vec::new();
+        for addr in resolve(r)? {
+            let l = multirail_transport::tcp::listen(addr.ip(), addr.port(), &cfg.socket)
+                .map_err(|e| Error::Setup(format!("rank 0 cannot listen on {addr} (MULTIRAIL_ROOT={r}): {e}")))?;
+            ls.push(l);
+        }
+        Ok(Root::Listen(ls))
     }
 
     fn start(mut cfg: Config, rank: u32, size: u32, root: Option<Root>) -> Result<Endpoint, Error> {
@@ -223,6 +254,7 @@ impl Endpoint {
             (1, _) => vec![mine],
             (_, Some(Root::Listen(l))) if rank == 0 => bootstrap::gather(&me, &l, mine, deadline)?,
             (_, Some(Root::Connect(a))) if rank != 0 => bootstrap::join(&me, &a, mine, deadline)?,
+            (_, Some(Root::Pmix)) => bootstrap::pmix_exchange(&me, mine)?,
             _ => return Err(Error::Config("rank 0 needs a root listener, other ranks a root address".into())),
         };
         let shared = Arc::new(Self::make_shared(&cfg, rank, size));

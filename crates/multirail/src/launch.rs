@@ -12,10 +12,17 @@ use crate::config::env;
 pub struct JobInfo {
     pub rank: u32,
     pub size: u32,
-    /// Where rank 0 listens for the others (`MULTIRAIL_ROOT`).
+    /// Where rank 0 listens for the others (`MULTIRAIL_ROOT`, or the
+    /// single-node Open MPI default when PMIx is not there).
     pub root: Option<String>,
+    /// No `MULTIRAIL_ROOT`, and a PMIx launcher started us: ranks exchange
+    /// addresses through its PMIx server (`root` is then the fallback if
+    /// libpmix cannot be loaded).
+    pub pmix: bool,
     /// Which variables the rank and size came from.
     pub source: &'static str,
+    /// The launcher says the ranks span several hosts (`None`: unknown).
+    pub multi_node: Option<bool>,
 }
 
 /// (rank variable, size variable, name) in order of preference.
@@ -28,6 +35,12 @@ const SOURCES: [(&str, &str, &str); 4] = [
 
 impl JobInfo {
     /// Reads the job from the environment; `None` when no launcher set it.
+    ///
+    /// Meeting point, first that applies: `MULTIRAIL_ROOT`; the launcher's
+    /// PMIx server (`PMIX_RANK`/`PMIX_NAMESPACE` set: `mpirun`, `srun
+    /// --mpi=pmix`); under Open MPI with every rank on one node, a loopback
+    /// port derived from the job id. Else a job of several ranks cannot
+    /// start (the error says what to set).
     pub fn from_env() -> Result<Option<JobInfo>, Error> {
         for (rv, sv, name) in SOURCES {
             let (Some(r), Some(s)) = (env(rv), env(sv)) else { continue };
@@ -36,11 +49,21 @@ impl JobInfo {
             if size == 0 || rank >= size {
                 return Err(Error::Config(format!("{rv}={rank} is not below {sv}={size}")));
             }
-            let root = env("MULTIRAIL_ROOT").or_else(|| single_node_root(name, size));
-            return Ok(Some(JobInfo { rank, size, root, source: name }));
+            let explicit = env("MULTIRAIL_ROOT");
+            let pmix = explicit.is_none() && name != "MULTIRAIL_RANK/SIZE" && multirail_pmix::Pmix::detected();
+            let root = explicit.or_else(|| single_node_root(name, size));
+            return Ok(Some(JobInfo { rank, size, root, pmix, source: name, multi_node: multi_node(size) }));
         }
         Ok(None)
     }
+}
+
+/// Whether the launcher's variables say the ranks span several hosts.
+fn multi_node(size: u32) -> Option<bool> {
+    if let Some(local) = env("OMPI_COMM_WORLD_LOCAL_SIZE").and_then(|v| v.trim().parse::<u32>().ok()) {
+        return Some(local < size);
+    }
+    env("SLURM_NNODES").and_then(|v| v.trim().parse::<u32>().ok()).map(|n| n > 1)
 }
 
 /// Under Open MPI with every rank on one node, a meeting point on

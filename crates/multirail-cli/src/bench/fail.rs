@@ -255,13 +255,16 @@ fn longest_stall(samples: &[Sample], from: Option<Duration>) -> Option<Duration>
 }
 
 /// Bytes per second moved while the rail was down, from [`SETTLE`] after
-/// the failure to its end (or the end of the run); `None` if that is
+/// the failure to its end (or the last byte of the run); `None` if that is
 /// shorter than 100 ms.
 fn outage_rate(samples: &[Sample], down: Option<Duration>, up: Option<Duration>) -> Option<f64> {
     let from = down? + SETTLE;
     let until = up.unwrap_or(Duration::MAX);
     let inside: Vec<&Sample> = samples.iter().filter(|s| s.0 >= from && s.0 <= until).collect();
-    let (first, last) = (inside.first()?, inside.last()?);
+    let first = inside.first()?;
+    // Up to the last byte moved: the run's idle end (results, closing) is
+    // not the outage's doing.
+    let last = inside.iter().rev().find(|s| s.1 > first.1).or(inside.last())?;
     let span = last.0.checked_sub(first.0)?;
     (span >= Duration::from_millis(100)).then(|| (last.1 - first.1) as f64 / span.as_secs_f64())
 }
