@@ -126,6 +126,10 @@ pub struct TcpRail {
     scratch: Box<[u8]>,
     /// The last frame was large: read headers alone (see `poll_recv`).
     headers_only: bool,
+    /// A read in this `poll_recv` call returned less than it asked for:
+    /// the socket is drained, and (epoll being edge-triggered) new bytes
+    /// will be announced; reading again now would only say EAGAIN.
+    drained: bool,
     last_activity: Instant,
 }
 
@@ -147,6 +151,7 @@ impl TcpRail {
             partial: None,
             scratch: vec![0; 64 << 10].into_boxed_slice(),
             headers_only: false,
+            drained: false,
             last_activity: Instant::now(),
         })
     }
@@ -163,10 +168,14 @@ impl TcpRail {
             self.hi -= self.lo;
             self.lo = 0;
         }
+        if self.drained {
+            return Ok(false);
+        }
         let end = want.max(self.hi + 1).min(self.stage.len());
         match self.stream.read(&mut self.stage[self.hi..end]) {
             Ok(0) => Err(RailError::Closed),
             Ok(n) => {
+                self.drained = n < end - self.hi;
                 self.hi += n;
                 Ok(true)
             }
@@ -193,16 +202,20 @@ impl TcpRail {
         if need < DIRECT_READ {
             return self.fill_stage();
         }
-        let r = match p.dest.as_mut_slice() {
-            Some(dst) => self.stream.read(&mut dst[p.got..]),
+        if self.drained {
+            return Ok(false);
+        }
+        let (r, asked) = match p.dest.as_mut_slice() {
+            Some(dst) => (self.stream.read(&mut dst[p.got..]), need),
             None => {
                 let n = need.min(self.scratch.len());
-                self.stream.read(&mut self.scratch[..n])
+                (self.stream.read(&mut self.scratch[..n]), n)
             }
         };
         match r {
             Ok(0) => Err(RailError::Closed),
             Ok(n) => {
+                self.drained = n < asked;
                 p.got += n;
                 // Long payloads keep the rail alive; telling the sink once
                 // a millisecond is enough.
@@ -284,6 +297,7 @@ impl Rail for TcpRail {
 
     fn poll_recv(&mut self, sink: &mut dyn FrameSink) -> Result<Received, RailError> {
         let mut res = Received::default();
+        self.drained = false;
         let start = (self.hi - self.lo) as isize;
         loop {
             if self.partial.is_some() {

@@ -275,8 +275,7 @@ impl Endpoint {
         // The first timer run asks for the connections.
         shared.with_core(|_, _| ());
         let peers: Vec<u32> = (0..self.size).filter(|&p| p != self.rank).collect();
-        let mut ready = || {
-            let g = shared.lock();
+        let mut ready = |g: &crate::shared::Inner| {
             peers.iter().all(|&p| (0..g.core.rail_count(p)).any(|r| g.core.is_rail_up(p, r)))
         };
         if self.engine()?.wait_until(shared, &mut ready, Some(deadline)) {
@@ -379,7 +378,7 @@ impl Endpoint {
             return Ok(c);
         }
         let shared = &self.shared;
-        let mut done = || shared.lock().done.contains_key(&id);
+        let mut done = |g: &crate::shared::Inner| g.done.contains_key(&id);
         if !self.engine()?.wait_until(shared, &mut done, now_plus(timeout)) {
             return Err(Error::Timeout);
         }
@@ -451,13 +450,10 @@ impl Endpoint {
     fn shutdown(&mut self) -> Result<(), Error> {
         let Some(mut engine) = self.engine.take() else { return Ok(()) };
         let shared = &self.shared;
-        let mut quiet = || shared.lock().core.is_quiescent();
+        let mut quiet = |g: &crate::shared::Inner| g.core.is_quiescent();
         let drained = engine.wait_until(shared, &mut quiet, Some(Instant::now() + CLOSE_DRAIN));
         shared.with_core(|c, now| c.close(now));
-        let mut flushed = || {
-            let g = shared.lock();
-            shared.slots.iter().all(|s| !g.core.has_transmit(s.peer, s.rail))
-        };
+        let mut flushed = |g: &crate::shared::Inner| shared.slots.iter().all(|s| !g.core.has_transmit(s.peer, s.rail));
         engine.wait_until(shared, &mut flushed, Some(Instant::now() + Duration::from_secs(1)));
         engine.stop(shared);
         if let Some(mut c) = self.connections.take() {

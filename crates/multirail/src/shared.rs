@@ -5,7 +5,7 @@
 //! Lock order: a rail connection first, then the core. Never the reverse.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -98,8 +98,10 @@ pub struct Inner {
 
 pub struct Shared {
     pub inner: Mutex<Inner>,
-    /// Signalled whenever requests complete.
+    /// Signalled whenever requests complete, if someone waits on it
+    /// (`done_waiters`; a notification costs a system call).
     pub done_cv: Condvar,
+    pub done_waiters: AtomicUsize,
     pub origin: Instant,
     pub slots: Vec<Arc<Slot>>,
     pub slot_index: HashMap<(PeerId, RailId), usize>,
@@ -132,6 +134,7 @@ impl Shared {
                 failures: Vec::new(),
             }),
             done_cv: Condvar::new(),
+            done_waiters: AtomicUsize::new(0),
             origin: Instant::now(),
             slots,
             slot_index,
@@ -151,6 +154,15 @@ impl Shared {
 
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sleeps on `done_cv` for at most `t` (call with the lock held, after
+    /// checking under it that what you wait for has not happened).
+    pub fn wait_done<'a>(&'a self, g: MutexGuard<'a, Inner>, t: Duration) -> MutexGuard<'a, Inner> {
+        self.done_waiters.fetch_add(1, Ordering::AcqRel);
+        let g = self.done_cv.wait_timeout(g, t).unwrap_or_else(|e| e.into_inner()).0;
+        self.done_waiters.fetch_sub(1, Ordering::AcqRel);
+        g
     }
 
     /// Runs `f` on the core, then hands out what it produced: completed
@@ -205,6 +217,8 @@ impl Shared {
             }
         }
         let wake = g.core.take_wakeups();
+        // Read under the lock: a waiter registers under it before sleeping.
+        let notify = completed && self.done_waiters.load(Ordering::Acquire) > 0;
         let mut dial = Vec::new();
         if g.core.connect_due(now) {
             while let Some(req) = g.core.poll_connect(now) {
@@ -222,7 +236,7 @@ impl Shared {
             }
         }
         let wake: Vec<usize> = wake.iter().filter_map(|k| self.slot_index.get(k).copied()).collect();
-        if completed {
+        if notify {
             self.done_cv.notify_all();
         }
         (r, wake)

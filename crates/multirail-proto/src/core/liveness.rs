@@ -339,7 +339,7 @@ impl Core {
         if p.credit_returned > 0 || p.rts_returned > 0 {
             p.credit_reported = 0;
             p.rts_reported = 0;
-            p.ack_due.get_or_insert(now + delay);
+            p.credit_due = Some(p.credit_due.map_or(now + delay, |d| d.min(now + delay)));
         }
     }
 

@@ -100,6 +100,9 @@ pub struct Config {
     pub checksum: bool,
     /// Longest an acknowledgement is held back to be batched.
     pub ack_delay: Duration,
+    /// Longest returned credits wait for a frame to ride on before an ACK
+    /// of their own goes (a quarter of the grant owed goes at once).
+    pub credit_delay: Duration,
     /// Acknowledge at once when this many bytes are unacknowledged on a rail.
     pub ack_bytes: u64,
     /// Most bytes one rail may have in flight (assigned, unacknowledged).
@@ -142,6 +145,7 @@ impl Default for Config {
             policy: PolicyTable::default(),
             checksum: false,
             ack_delay: Duration::from_millis(1),
+            credit_delay: Duration::from_millis(10),
             ack_bytes: 256 << 10,
             rail_window: 16 << 20,
             rail_window_min: 512 << 10,
@@ -388,6 +392,8 @@ pub(crate) struct Peer {
     pub rts_returned: u64,
     pub rts_reported: u64,
     pub ack_due: Option<Time>,
+    /// When returned credits are reported in an ACK of their own.
+    pub credit_due: Option<Time>,
     /// Receives posted that name this peer as the source, and since when
     /// there has been at least one.
     pub posted_from: u32,
@@ -639,6 +645,7 @@ impl Core {
                 rts_returned: 0,
                 rts_reported: 0,
                 ack_due: None,
+                credit_due: None,
                 posted_from: 0,
                 posted_since: Time::ZERO,
                 last_rx: Time::ZERO,
@@ -875,6 +882,9 @@ impl Core {
             if let Some(d) = p.ack_due {
                 at(d);
             }
+            if let Some(d) = p.credit_due {
+                at(d);
+            }
             if let Some(d) = self.liveness_deadline(p) {
                 at(d);
             }
@@ -890,7 +900,11 @@ impl Core {
     pub fn handle_timeout(&mut self, now: Time) {
         let ids: Vec<PeerId> = self.peers.keys().copied().collect();
         for id in ids {
-            if self.peers[&id].ack_due.is_some_and(|d| d <= now) {
+            let p = &self.peers[&id];
+            if p.ack_due.is_some_and(|d| d <= now) {
+                self.flush_acks(id, now, false);
+            }
+            if self.peers[&id].credit_due.is_some_and(|d| d <= now) {
                 self.flush_acks(id, now, true);
             }
             self.run_liveness(id, now);

@@ -429,8 +429,8 @@ impl Core {
         p.credit_returned += credit;
         if p.credit_returned - p.credit_reported >= quarter || p.rts_returned - p.rts_reported >= RTS_CREDITS / 4 {
             self.flush_acks(peer, now, true);
-        } else if p.ack_due.is_none() {
-            p.ack_due = Some(now + self.cfg.ack_delay);
+        } else if p.credit_due.is_none() {
+            p.credit_due = Some(now + self.cfg.credit_delay);
         }
     }
 
@@ -635,6 +635,9 @@ impl Core {
     pub(crate) fn flush_acks(&mut self, peer: PeerId, _now: Time, include_credit: bool) {
         let p = self.peers.get_mut(&peer).expect("caller checked");
         p.ack_due = None;
+        if include_credit {
+            p.credit_due = None;
+        }
         let rails: Vec<RailId> =
             p.rails.iter().enumerate().filter(|(_, r)| r.up && !r.acks.is_empty()).map(|(i, _)| i).collect();
         for rail in &rails {
@@ -664,10 +667,9 @@ impl Core {
         for r in p.rails.iter_mut() {
             r.drop_acked_below(prefix);
         }
-        let settled = p.rails.iter().all(|r| r.acks.is_empty())
-            && p.credit_returned == p.credit_reported
-            && p.rts_returned == p.rts_reported;
-        if settled {
+        if p.rails.iter().all(|r| r.acks.is_empty()) {
+            // Nothing left to acknowledge; returned credits keep their own
+            // (longer) timer.
             p.ack_due = None;
         }
     }

@@ -3,6 +3,7 @@
 pub mod polled;
 pub mod threaded;
 
+use std::cell::Cell;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,15 +11,40 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 
-use crate::shared::{Serviced, Shared, Wake};
+use crate::shared::{Inner, Serviced, Shared, Wake};
 
 /// Longest a driver sleeps with nothing to do (bounds timer slack).
 pub const MAX_SLEEP: Duration = Duration::from_millis(100);
 
 pub(crate) struct MioWaker(pub mio::Waker);
 
+thread_local! {
+    /// The waker of the progress loop this thread is running, if any: such
+    /// a thread looks at every slot's `wake_pending` before it sleeps, so
+    /// waking its own loop (an eventfd write) would be wasted.
+    static RUNNING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks this thread as running the loop of `waker` while it lives.
+pub(crate) struct Running(usize);
+
+impl Running {
+    pub fn enter(waker: &MioWaker) -> Running {
+        Running(RUNNING.replace(waker as *const MioWaker as usize))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.set(self.0);
+    }
+}
+
 impl Wake for MioWaker {
     fn wake(&self) {
+        if RUNNING.get() == self as *const MioWaker as usize {
+            return;
+        }
         // A failed wake means the poll is gone (shutting down).
         let _ = self.0.wake();
     }
@@ -82,8 +108,9 @@ impl Engine {
         })
     }
 
-    /// Blocks until `done()` or `deadline`; returns `done()`.
-    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut() -> bool, deadline: Option<Instant>) -> bool {
+    /// Blocks until `done` (checked with the shared state locked) or
+    /// `deadline`; returns `done`.
+    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
         match self {
             Engine::Threaded(_) => threaded::wait_until(shared, done, deadline),
             Engine::Polled(p) => p.wait_until(shared, done, deadline),

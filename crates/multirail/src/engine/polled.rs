@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Token};
 
 use super::{MioWaker, Registration, sleep_for};
-use crate::shared::Shared;
+use crate::shared::{Inner, Shared};
 
 const WAKE: Token = Token(usize::MAX);
 
@@ -86,17 +86,17 @@ impl Polled {
         }
     }
 
-    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut() -> bool, deadline: Option<Instant>) -> bool {
+    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
         let lp = &self.lp;
         lp.waiters.fetch_add(1, Ordering::AcqRel);
         let spin_until = Instant::now() + self.spin;
         let r = loop {
-            if done() {
+            if done(&shared.lock()) {
                 break true;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                break done();
+                break done(&shared.lock());
             }
             match lp.state.try_lock() {
                 Ok(mut st) => {
@@ -105,6 +105,7 @@ impl Polled {
                     } else {
                         deadline.map_or(Duration::from_millis(10), |d| (d - now).min(Duration::from_millis(10)))
                     };
+                    let _running = super::Running::enter(&lp.waker);
                     progress(shared, &mut st, cap);
                 }
                 Err(_) => {
@@ -112,7 +113,9 @@ impl Polled {
                     // and wait for its completions.
                     lp.waker.0.wake().ok();
                     let g = shared.lock();
-                    drop(shared.done_cv.wait_timeout(g, Duration::from_micros(200)));
+                    if !done(&g) {
+                        drop(shared.wait_done(g, Duration::from_micros(200)));
+                    }
                 }
             }
         };
@@ -130,9 +133,12 @@ fn background(lp: &Loop, shared: &Shared) {
             continue;
         }
         let Ok(mut st) = lp.state.lock() else { return };
-        progress(shared, &mut st, super::MAX_SLEEP);
+        {
+            let _running = super::Running::enter(&lp.waker);
+            progress(shared, &mut st, super::MAX_SLEEP);
+        }
         drop(st);
-        if lp.waiters.load(Ordering::Acquire) > 0 {
+        if lp.waiters.load(Ordering::Acquire) > 0 && shared.done_waiters.load(Ordering::Acquire) > 0 {
             // Let the waiting thread take the loop.
             shared.done_cv.notify_all();
         }
@@ -158,8 +164,13 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
         let rails = shared.slots.iter().map(|s| s.lock_conn().as_ref().and_then(|r| r.deadline()));
         st.next_timer = Some(now + sleep_for(rails.chain([timers])).min(TIMER_RECHECK));
     }
-    let timeout =
-        if busy { Duration::ZERO } else { st.next_timer.map_or(cap, |t| t.saturating_duration_since(now)).min(cap) };
+    // Output queued meanwhile (this thread does not wake itself): no sleep.
+    let pending = (0..n).any(|i| shared.slots[i].wake_pending.load(Ordering::Acquire));
+    let timeout = if busy || pending {
+        Duration::ZERO
+    } else {
+        st.next_timer.map_or(cap, |t| t.saturating_duration_since(now)).min(cap)
+    };
     let PollState { poll, events, .. } = st;
     let t0 = Instant::now();
     if let Err(e) = poll.poll(events, Some(timeout)) {

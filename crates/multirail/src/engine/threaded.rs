@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Token};
 
 use super::{MioWaker, Registration, sleep_for};
-use crate::shared::Shared;
+use crate::shared::{Inner, Shared};
 
 const WAKE: Token = Token(usize::MAX);
 
@@ -34,7 +34,8 @@ impl Threaded {
             }
             let sh = shared.clone();
             let name = format!("mr-rail-{k}");
-            threads.push(std::thread::Builder::new().name(name).spawn(move || rail_loop(&sh, &mine, poll))?);
+            let w = waker.clone();
+            threads.push(std::thread::Builder::new().name(name).spawn(move || rail_loop(&sh, &mine, poll, w))?);
         }
         Ok(Threaded { threads })
     }
@@ -46,7 +47,8 @@ impl Threaded {
     }
 }
 
-fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll) {
+fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: Arc<MioWaker>) {
+    let _running = super::Running::enter(&waker);
     let mut events = Events::with_capacity(64);
     let mut regs = vec![Registration::default(); mine.len()];
     let mut more = vec![false; mine.len()];
@@ -82,21 +84,19 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll) {
     }
 }
 
-/// Sleeps until `done()` (checked whenever requests complete) or `deadline`.
-pub(crate) fn wait_until(shared: &Shared, done: &mut dyn FnMut() -> bool, deadline: Option<Instant>) -> bool {
+/// Sleeps until `done` (checked whenever requests complete) or `deadline`.
+pub(crate) fn wait_until(shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
+    let mut g = shared.lock();
     loop {
-        if done() {
+        if done(&g) {
             return true;
         }
-        let g = shared.lock();
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            drop(g);
-            return done();
+            return false;
         }
-        // Bounded so a completion signalled between `done()` and the wait
-        // costs at most this long.
-        let t = deadline.map_or(Duration::from_millis(5), |d| (d - now).min(Duration::from_millis(5)));
-        drop(shared.done_cv.wait_timeout(g, t));
+        // Bounded, as a backstop.
+        let t = deadline.map_or(Duration::from_millis(50), |d| (d - now).min(Duration::from_millis(50)));
+        g = shared.wait_done(g, t);
     }
 }
