@@ -32,18 +32,31 @@ rails:
   UCX        ucx_perftest tag_bw / tag_lat (UCX_TLS=tcp): rail0 only; all
              rails with UCX_MAX_RNDV_RAILS
 
-Measured: bandwidth at 64 KiB, 1 MiB, 4 MiB (window of 64 messages, MB =
-10^6 B), bi-directional bandwidth at 4 MiB, one-way latency (round trip / 2)
-of 8 B and of 4 MiB messages. Ranks are pinned to two different CPUs.
-Repeats are interleaved (round 1 of every configuration, then round 2, ...)
-and the table shows medians. It ends with ONE table (plus the ratios the
-multi-rail targets are stated in) and writes it, with the software versions,
-to the output directory.
+Measured (main part): bandwidth at 64 KiB, 1 MiB, 4 MiB (window of 64
+messages, MB = 10^6 B), bi-directional bandwidth at 4 MiB, one-way latency
+(round trip / 2) of 8 B and of 4 MiB messages. Ranks are pinned to two
+different CPUs. Repeats are interleaved (round 1 of every configuration,
+then round 2, ...) and the table shows medians. It ends with ONE table (plus
+the ratios the multi-rail targets are stated in) and writes it, with the
+software versions, to the output directory.
+
+Small-message part (issue 9), multirail vs Open MPI vs UCX on the same rails,
+printed as a second table (a row per test and size; columns multirail,
+Open MPI, UCX, multirail/Open MPI, multirail/UCX; latency: lower is better):
+  latency 8 B, rail0 only and all rails (the main part's runs when it runs)
+  bw at 1, 64, 512, 2K, 4K, 8K, 16K bytes, all rails (--small-sizes):
+             `multirail bench bw --sizes LIST`, mr_bw -s LIST, one
+             ucx_perftest -t tag_bw per size
+  mbw_mr, 2 pairs, 8 B, all rails: 4 ranks, ranks 0-1 in host0 send to
+             ranks 2-3 in host1: `multirail bench mbw_mr --pairs 2` (ranks
+             started by this script with MULTIRAIL_RANK/SIZE/ROOT) and
+             mr_mbw_mr under mpirun (no UCX equivalent)
 
 Options:
   --quick            short runs (smoke test, about 2-3 minutes after the
                      builds): fewer iterations, 1 bandwidth round and 3
-                     latency rounds
+                     latency rounds; the small-message part with 20 windows
+                     per size
   --rate LIST        rail rates, as `multirail testbed up --rate`
                      (default 2gbit,2gbit; e.g. 1gbit,3gbit). The number of
                      rates is the number of rails (a single rate: --rails)
@@ -56,7 +69,13 @@ Options:
   --cpus A,B         CPUs for rank 0 (host0) and rank 1 (host1) (default 0,1)
   --repeats N        latency rounds (default 5, --quick 3)
   --bw-repeats N     bandwidth rounds (default 3, --quick 1)
-  --only LIST        subset of iperf3,multirail,ompi,ucx (default all)
+  --only LIST        comma list of tools (iperf3, multirail, ompi, ucx)
+                     and/or parts (main, small); default: every tool, both
+                     parts. E.g. `--only small` runs the small-message part
+                     alone (all tools), `--only small,ompi` Open MPI's part
+                     of it, `--only main` the original table only
+  --small-sizes LIST bandwidth sizes of the small-message part (default
+                     1,64,512,2K,4K,8K,16K; K = 1024)
   --ompi-hints LIST  Mbit/s per rail for btl_tcp_bandwidth_railN (default:
                      the rail rates, e.g. 1000,3000 for --rate 1gbit,3gbit)
   --multirail PATH   use this multirail binary; do not run cargo
@@ -102,7 +121,8 @@ OUT=
 CPUS=0,1
 LAT_REPEATS=
 BW_REPEATS=
-ONLY=iperf3,multirail,ompi,ucx
+ONLY=
+SMALL_SIZES=1,64,512,2K,4K,8K,16K
 OMPI_HINTS=
 MR_BIN=
 BUILD=1
@@ -122,6 +142,7 @@ while [[ $# -gt 0 ]]; do
         --repeats) need_arg "$@"; LAT_REPEATS=$2; shift ;;
         --bw-repeats) need_arg "$@"; BW_REPEATS=$2; shift ;;
         --only) need_arg "$@"; ONLY=$2; shift ;;
+        --small-sizes) need_arg "$@"; SMALL_SIZES=$2; shift ;;
         --ompi-hints) need_arg "$@"; OMPI_HINTS=$2; shift ;;
         --multirail) need_arg "$@"; MR_BIN=$2; shift ;;
         --no-build) BUILD=0 ;;
@@ -152,10 +173,24 @@ else
     for ((r = 0; r < NRAILS; r++)); do RATES+=("$RATE"); done
 fi
 [[ $NRAILS -ge 2 ]] || usage_error "a comparison needs at least 2 rails"
+ONLY_TOOLS='' ONLY_PARTS=''
 for g in ${ONLY//,/ }; do
-    case $g in iperf3 | multirail | ompi | ucx) ;; *) usage_error "--only: unknown group $g" ;; esac
+    case $g in
+        iperf3 | multirail | ompi | ucx) ONLY_TOOLS+=,$g ;;
+        main | small) ONLY_PARTS+=,$g ;;
+        *) usage_error "--only: unknown tool or part $g (tools: iperf3,multirail,ompi,ucx; parts: main,small)" ;;
+    esac
 done
-want() { [[ ,$ONLY, == *,$1,* ]]; }
+ONLY_TOOLS=${ONLY_TOOLS#,} ONLY_PARTS=${ONLY_PARTS#,}
+: "${ONLY_TOOLS:=iperf3,multirail,ompi,ucx}" "${ONLY_PARTS:=main,small}"
+want() { [[ ,$ONLY_TOOLS, == *,$1,* ]]; }
+want_part() { [[ ,$ONLY_PARTS, == *,$1,* ]]; }
+if want_part small && ! want multirail && ! want ompi && ! want ucx; then
+    want_part main || usage_error "--only: the small-message part has no iperf3 measurement; add multirail, ompi or ucx"
+    ONLY_PARTS=main
+fi
+[[ $SMALL_SIZES =~ ^[0-9]+[KM]?(,[0-9]+[KM]?)*$ ]] ||
+    usage_error "--small-sizes: a comma list of sizes like 1,64,2K (K = 1024, M = 1048576)"
 
 if [[ $QUICK -eq 1 ]]; then
     MODE=quick
@@ -166,6 +201,8 @@ if [[ $QUICK -eq 1 ]]; then
     BW_IT_64K=50 BW_WU_64K=5 BW_IT_1M=4 BW_WU_1M=1 BW_IT_4M=2 BW_WU_4M=1
     BIBW_IT=2 BIBW_WU=1
     LAT_IT_8=1000 LAT_WU_8=100 LAT_IT_4M=10 LAT_WU_4M=2
+    # small-message part: windows (timed, warm-up) for every bw size and mbw_mr
+    SBW_IT=20 SBW_WU=2 MBW_IT=20 MBW_WU=2
 else
     MODE=full
     : "${LAT_REPEATS:=5}" "${BW_REPEATS:=3}"
@@ -174,10 +211,12 @@ else
     BW_IT_64K=100 BW_WU_64K=10 BW_IT_1M=20 BW_WU_1M=2 BW_IT_4M=10 BW_WU_4M=2
     BIBW_IT=10 BIBW_WU=2
     LAT_IT_8=10000 LAT_WU_8=100 LAT_IT_4M=50 LAT_WU_4M=5
+    SBW_IT=100 SBW_WU=10 MBW_IT=100 MBW_WU=10
 fi
 is_count "$LAT_REPEATS" || usage_error "--repeats: a count >= 1"
 is_count "$BW_REPEATS" || usage_error "--bw-repeats: a count >= 1"
 WINDOW=64
+MBW_PAIRS=2 MBW_SIZE=8 # small-message part: mbw_mr pairs and message size
 
 if [[ -z $OUT ]]; then
     OUT=$BENCH_DIR/results/$(date +%Y-%m-%d_%H%M%S)
@@ -311,11 +350,36 @@ share_end() { # ROW: add this interval's bytes per rail to ROW's total
     done
 }
 
-size_bytes() {
+size_bytes() { # 8, 2K, 64K, 1M, 4M -> bytes
     case $1 in
-        8) echo 8 ;; 64K) echo 65536 ;; 1M) echo 1048576 ;; 4M) echo 4194304 ;;
-        *) die "internal: size $1" ;;
+        *[0-9]K) echo $((${1%K} * 1024)) ;;
+        *[0-9]M) echo $((${1%M} * 1048576)) ;;
+        *[!0-9]* | '') die "internal: size $1" ;;
+        *) echo $((10#$1)) ;;
     esac
+}
+SMALL_SIZES_BYTES=$(for s in ${SMALL_SIZES//,/ }; do printf '%s,' "$(size_bytes "$s")"; done)
+SMALL_SIZES_BYTES=${SMALL_SIZES_BYTES%,}
+
+# record_sizes ROW METRIC REPEAT RAWFILE SIZES PARSED: record the "SIZE VALUE"
+# lines in PARSED for every size of the comma list SIZES (a missing one is a
+# failure of that size).
+record_sizes() {
+    local row=$1 metric=$2 rep=$3 raw=$4 sizes=$5 parsed=$6 s b v
+    for s in ${sizes//,/ }; do
+        b=$(size_bytes "$s")
+        v=$(awk -v s="$b" '$1 == s { print $2; exit }' <<<"$parsed")
+        if [[ -n $v ]]; then
+            record "$row" "$metric" "$b" "$rep" "$v"
+        else
+            record_error "$row" "$metric" "$b" "$rep" "no result for $b B in raw/${raw##*/}"
+        fi
+    done
+}
+# record_failed_sizes ROW METRIC REPEAT SIZES MESSAGE: one failure per size.
+record_failed_sizes() {
+    local s
+    for s in ${4//,/ }; do record_error "$1" "$2" "$(size_bytes "$s")" "$3" "$5"; done
 }
 bw_iters() { local v="BW_IT_$1"; echo "${!v}"; }
 bw_warmup() { local v="BW_WU_$1"; echo "${!v}"; }
@@ -360,6 +424,10 @@ build_all() {
     if want ompi; then
         [[ -x $MPI_DIR/mr_bw && -x $MPI_DIR/mr_pingpong ]] ||
             die "bench/mpi/mr_bw or mr_pingpong missing: run 'make -C bench/mpi' (or drop --no-build)"
+        if want_part small; then
+            [[ -x $MPI_DIR/mr_mbw_mr ]] ||
+                die "bench/mpi/mr_mbw_mr missing: run 'make -C bench/mpi' (or drop --no-build)"
+        fi
     fi
     if [[ -n $MR_BIN ]]; then
         MR=$(command -v "$MR_BIN" || true)
@@ -492,6 +560,65 @@ multirail_bw() { mr_bench "$1" bw "$2" "$(bw_iters "$2")" "$(bw_warmup "$2")" "$
 multirail_bibw() { mr_bench "$1" bibw "$2" "$BIBW_IT" "$BIBW_WU" "$3" bibw; }
 multirail_lat() { mr_bench "$1" latency "$2" "$(lat_iters "$2")" "$(lat_warmup "$2")" "$3" lat; }
 
+# Small-message part. bw: every size of --small-sizes in one run.
+multirail_sbw() { # ROW REPEAT
+    local row=$1 rep=$2 out parsed
+    out=$RAW/$row-sbw-$rep.txt
+    # shellcheck disable=SC2046  # mr_flags prints words on purpose
+    if ! run "$out" "$MR" bench bw --testbed --testbed-prefix "$PREFIX" --pin "$CPUS" \
+        --sizes "$SMALL_SIZES" --iterations "$SBW_IT" --warmup "$SBW_WU" --window "$WINDOW" --json -q $(mr_flags "$row"); then
+        record_failed_sizes "$row" sbw "$rep" "$SMALL_SIZES" "multirail bench bw exited non-zero (raw/${out##*/})"
+        return 0
+    fi
+    parsed=$(python3 "$HELPER" mr "$out" 2>>"$RAW/parse.log") || true
+    record_sizes "$row" sbw "$rep" "$out" "$SMALL_SIZES" "$parsed"
+}
+# mbw_mr with MBW_PAIRS pairs: 2 x MBW_PAIRS ranks, ranks 0..P-1 in host0 send
+# to ranks P..2P-1 in host1 (the placement of the Open MPI run). `bench
+# --testbed` puts rank i in host i, which would need 2P hosts (and a bridged
+# testbed), so the ranks are started here, as mpirun would start them:
+# MULTIRAIL_RANK/SIZE, MULTIRAIL_ROOT = host0's rail0 address, a fresh
+# MULTIRAIL_KEY, MULTIRAIL_RAILS = the host's addresses of the row's rails.
+MR_ROOT_PORT=18700
+mr_rails_of() { # ROW HOST(0|1) -> MULTIRAIL_RAILS
+    local -n addrs=ADDR$2
+    local r n=$NRAILS list=
+    [[ $1 == mr_1 ]] && n=1
+    for ((r = 0; r < n; r++)); do list+=tcp:${addrs[r]},; done
+    echo "${list%,}"
+}
+multirail_mbw() { # ROW REPEAT
+    local row=$1 rep=$2 out r h np=$((2 * MBW_PAIRS)) port=$((MR_ROOT_PORT++)) key pids=() rc=0 v m
+    local b
+    b=$(size_bytes "$MBW_SIZE")
+    key=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+    out=$RAW/$row-mbw-$rep
+    for ((r = 0; r < np; r++)); do
+        h=$((r < MBW_PAIRS ? 0 : 1))
+        bg_start "$out.rank$r.txt" ip netns exec "$PREFIX-host$h" env MULTIRAIL_RANK="$r" MULTIRAIL_SIZE="$np" \
+            MULTIRAIL_ROOT="${ADDR0[0]}:$port" MULTIRAIL_KEY="$key" MULTIRAIL_RAILS="$(mr_rails_of "$row" "$h")" \
+            taskset -c "$CPU0,$CPU1" "$MR" bench mbw_mr --pairs "$MBW_PAIRS" --sizes "$MBW_SIZE" \
+            --iterations "$MBW_IT" --warmup "$MBW_WU" --window "$WINDOW" --json -q
+        pids+=("$BG_PID")
+    done
+    bg_wait "${pids[0]}" || rc=$?
+    if [[ $rc -ne 0 ]]; then # the others would wait for rank 0 until their timeout
+        for ((r = 1; r < np; r++)); do kill "${pids[r]}" 2>/dev/null || true; done
+    fi
+    for ((r = 1; r < np; r++)); do
+        bg_wait "${pids[r]}" || { [[ $rc -ne 0 ]] || rc=$?; }
+    done
+    if [[ $rc -ne 0 ]]; then
+        record_error "$row" mbw "$b" "$rep" "multirail bench mbw_mr exited $rc (raw/${out##*/}.rank*.txt)"
+        record_error "$row" mbw_rate "$b" "$rep" "multirail bench mbw_mr exited $rc"
+        return 0
+    fi
+    v=$(python3 "$HELPER" mr "$out.rank0.txt" 2>>"$RAW/parse.log") || true
+    m=$(python3 "$HELPER" mr "$out.rank0.txt" msg_rate 2>>"$RAW/parse.log") || true
+    record_sizes "$row" mbw "$rep" "$out.rank0.txt" "$MBW_SIZE" "$v"
+    record_sizes "$row" mbw_rate "$rep" "$out.rank0.txt" "$MBW_SIZE" "$m"
+}
+
 # ------------------------------------------------------------------ Open MPI
 # Open MPI 4.1 (ORTE + PMIx 4) cannot start ranks inside other network
 # namespaces with a plain MPMD line: a rank connects to the PMIx server of
@@ -517,17 +644,32 @@ ompi_mca() { # ROW -> MCA arguments
             ;;
     esac
 }
+# ompi_launch OUTFILE ROW PER_HOST PROGRAM ARGS...: PER_HOST ranks in host0
+# (ranks 0..PER_HOST-1), as many in host1; its exit status. One rank per host
+# is pinned (taskset) to --cpus; with more ranks than CPUs they may use both
+# CPUs and Open MPI is told the machine is oversubscribed
+# (mpi_yield_when_idle 1, what it does itself when it knows: busy-polling
+# ranks then yield the CPU to the others).
+ompi_launch() {
+    local out=$1 row=$2 per=$3 prog=$4 c0=$CPU0 c1=$CPU1 h0=${ADDR0[0]} h1=${ADDR1[0]} extra=()
+    shift 4
+    if [[ $per -gt 1 ]]; then
+        c0=$CPU0,$CPU1 c1=$CPU0,$CPU1 h0+=":$per" h1+=":$per"
+        extra=(--mca mpi_yield_when_idle 1)
+    fi
+    # shellcheck disable=SC2046  # ompi_mca prints words on purpose
+    run "$out" env MR_NETNS_PREFIX="$PREFIX" ip netns exec "$HOSTNS0" \
+        mpirun --allow-run-as-root --bind-to none \
+        --mca plm_rsh_agent "$AGENT" --mca oob_tcp_if_include rail0 \
+        --mca pml ob1 --mca btl tcp,self $(ompi_mca "$row") "${extra[@]}" \
+        -np "$per" -H "$h0" taskset -c "$c0" "$MPI_DIR/$prog" "$@" \
+        : -np "$per" -H "$h1" taskset -c "$c1" "$MPI_DIR/$prog" "$@"
+}
 ompi_run() { # ROW METRIC SIZE REPEAT PROGRAM ARGS...
     local row=$1 metric=$2 size=$3 rep=$4 prog=$5 out v
     shift 5
     out=$RAW/$row-$metric-$size-$rep.txt
-    # shellcheck disable=SC2046  # ompi_mca prints words on purpose
-    if ! run "$out" env MR_NETNS_PREFIX="$PREFIX" ip netns exec "$HOSTNS0" \
-        mpirun --allow-run-as-root --bind-to none \
-        --mca plm_rsh_agent "$AGENT" --mca oob_tcp_if_include rail0 \
-        --mca pml ob1 --mca btl tcp,self $(ompi_mca "$row") \
-        -np 1 -H "${ADDR0[0]}" taskset -c "$CPU0" "$MPI_DIR/$prog" "$@" \
-        : -np 1 -H "${ADDR1[0]}" taskset -c "$CPU1" "$MPI_DIR/$prog" "$@"; then
+    if ! ompi_launch "$out" "$row" 1 "$prog" "$@"; then
         record_error "$row" "$metric" "$(size_bytes "$size")" "$rep" "mpirun $prog exited non-zero (raw/${out##*/})"
         return 0
     fi
@@ -541,6 +683,35 @@ ompi_bw() { ompi_run "$1" bw "$2" "$3" mr_bw -s "$2" -i "$(bw_iters "$2")" -w "$
 ompi_bibw() { ompi_run "$1" bibw "$2" "$3" mr_bw -b -s "$2" -i "$BIBW_IT" -w "$BIBW_WU" -W "$WINDOW"; }
 ompi_lat() { ompi_run "$1" lat "$2" "$3" mr_pingpong -s "$2" -i "$(lat_iters "$2")" -w "$(lat_warmup "$2")"; }
 
+# Small-message part: mr_bw over every size of --small-sizes in one run, and
+# mr_mbw_mr with MBW_PAIRS ranks in each host.
+ompi_sbw() { # ROW REPEAT
+    local row=$1 rep=$2 out parsed
+    out=$RAW/$row-sbw-$rep.txt
+    if ! ompi_launch "$out" "$row" 1 mr_bw -m -s "$SMALL_SIZES" -i "$SBW_IT" -w "$SBW_WU" -W "$WINDOW"; then
+        record_failed_sizes "$row" sbw "$rep" "$SMALL_SIZES" "mpirun mr_bw exited non-zero (raw/${out##*/})"
+        return 0
+    fi
+    # MB/s from the Messages/s column: its digits survive for 1 B messages
+    parsed=$(python3 "$HELPER" osu "$out" 2 rate 2>>"$RAW/parse.log") || true
+    record_sizes "$row" sbw "$rep" "$out" "$SMALL_SIZES" "$parsed"
+}
+ompi_mbw() { # ROW REPEAT
+    local row=$1 rep=$2 out v m b
+    b=$(size_bytes "$MBW_SIZE")
+    out=$RAW/$row-mbw-$rep.txt
+    if ! ompi_launch "$out" "$row" "$MBW_PAIRS" mr_mbw_mr -p "$MBW_PAIRS" -s "$MBW_SIZE" \
+        -i "$MBW_IT" -w "$MBW_WU" -W "$WINDOW"; then
+        record_error "$row" mbw "$b" "$rep" "mpirun mr_mbw_mr exited non-zero (raw/${out##*/})"
+        record_error "$row" mbw_rate "$b" "$rep" "mpirun mr_mbw_mr exited non-zero"
+        return 0
+    fi
+    v=$(python3 "$HELPER" osu "$out" 2 rate 2>>"$RAW/parse.log") || true
+    m=$(python3 "$HELPER" osu "$out" 2 2>>"$RAW/parse.log") || true
+    record_sizes "$row" mbw "$rep" "$out" "$MBW_SIZE" "$v"
+    record_sizes "$row" mbw_rate "$rep" "$out" "$MBW_SIZE" "$m"
+}
+
 # ------------------------------------------------------------------ UCX
 # ucx_perftest: server (no address) in host1, client in host0. The tests
 # exchange setup over their own TCP socket (to host1's rail0 address); data
@@ -553,7 +724,7 @@ ucx_env() { # ROW -> environment assignments
         ucx_all) echo "UCX_TLS=tcp UCX_NET_DEVICES=$RAIL_IFS UCX_MAX_RNDV_RAILS=$NRAILS" ;;
     esac
 }
-ucx_run() { # ROW METRIC SIZE REPEAT TEST N WARMUP KIND(bw|lat)
+ucx_run() { # ROW METRIC SIZE REPEAT TEST N WARMUP KIND(bw|lat) [BYTES: bw = message rate x BYTES]
     local row=$1 metric=$2 size=$3 rep=$4 test=$5 n=$6 wu=$7 kind=$8 out spid crc=0 v
     local port=$((UCX_PORT++))
     out=$RAW/$row-$metric-$size-$rep.txt
@@ -577,7 +748,7 @@ ucx_run() { # ROW METRIC SIZE REPEAT TEST N WARMUP KIND(bw|lat)
     bg_wait "$spid" || true
     if [[ $crc -ne 0 ]]; then
         record_error "$row" "$metric" "$(size_bytes "$size")" "$rep" "ucx_perftest exited $crc (raw/${out##*/})"
-    elif v=$(python3 "$HELPER" ucx "$out" "$kind" 2>>"$RAW/parse.log"); then
+    elif v=$(python3 "$HELPER" ucx "$out" "$kind" ${9:+"$9"} 2>>"$RAW/parse.log"); then
         record "$row" "$metric" "$(size_bytes "$size")" "$rep" "$v"
     else
         record_error "$row" "$metric" "$(size_bytes "$size")" "$rep" "no result in raw/${out##*/}"
@@ -587,6 +758,16 @@ ucx_run() { # ROW METRIC SIZE REPEAT TEST N WARMUP KIND(bw|lat)
 ucx_bw() { ucx_run "$1" bw "$2" "$3" tag_bw $(($(bw_iters "$2") * WINDOW)) $(($(bw_warmup "$2") * WINDOW)) bw; }
 ucx_bibw() { :; } # ucx_perftest has no bi-directional tag test
 ucx_lat() { ucx_run "$1" lat "$2" "$3" tag_lat "$(lat_iters "$2")" "$(lat_warmup "$2")" lat; }
+# Small-message part: one tag_bw per size (a server serves one test), as many
+# messages as the window runs send; bandwidth from the message rate, whose
+# digits survive for 1 B messages (the MiB/s column has two decimals).
+ucx_sbw() { # ROW REPEAT
+    local s
+    for s in ${SMALL_SIZES//,/ }; do
+        ucx_run "$1" sbw "$s" "$2" tag_bw $((SBW_IT * WINDOW)) $((SBW_WU * WINDOW)) bw "$(size_bytes "$s")"
+    done
+}
+ucx_mbw() { :; } # ucx_perftest has no multi-pair test
 
 # ------------------------------------------------------------------ run length
 # The iteration counts above are sized for 2gbit rails. The rail0-only rows
@@ -611,10 +792,15 @@ scale_iterations() {
 # ------------------------------------------------------------------ rows
 ROWS_TSV=$RAW/rows.tsv
 CONFIGS=() # "kind row" of every benchmarked configuration, in table order
+# Small-message part: the rail0-only and all-rails rows of each tool (the
+# latency rows; bandwidth and mbw_mr use the all-rails row).
+declare -A SMALL_ROW1=([multirail]=mr_1 [ompi]=ompi_1 [ucx]=ucx_1)
+declare -A SMALL_ROWALL=([multirail]=mr_all [ompi]=ompi_all [ucx]=ucx_all)
 define_rows() {
     local r all="rail0..rail$((NRAILS - 1))"
     : >"$ROWS_TSV"
-    row() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$ROWS_TSV"; }
+    # the main table's rows (none when only the small-message part runs)
+    row() { if want_part main; then printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$ROWS_TSV"; fi; }
     if want iperf3; then
         for ((r = 0; r < NRAILS; r++)); do
             row "iperf3_r$r" "iperf3 rail$r (1 stream, rails at once)" 1 "" 1
@@ -627,6 +813,7 @@ define_rows() {
             CONFIGS+=("multirail mr_1")
         else
             log "note: this multirail has no 'bench --testbed-rails'; the 1-rail multirail row is skipped"
+            SMALL_ROW1[multirail]=
         fi
         row mr_all "multirail, $all" "$NRAILS" "$([[ ${CONFIGS[*]-} == *mr_1* ]] && echo mr_1)" 0
         CONFIGS+=("multirail mr_all")
@@ -643,6 +830,52 @@ define_rows() {
         row ucx_1 "UCX tcp, rail0 only" 1 "" 0
         row ucx_all "UCX tcp, $all, MAX_RNDV_RAILS=$NRAILS" "$NRAILS" ucx_1 0
         CONFIGS+=("ucx ucx_1" "ucx ucx_all")
+    fi
+}
+
+# ------------------------------------------------------------------ rounds
+# One round of the main part: iperf3, then every configuration's bandwidth
+# (64K 1M 4M, bibw 4M) and latency (8 B, 4 MiB).
+main_round() { # REPEAT
+    local rep=$1 cfg kind row size
+    if want iperf3 && [[ $rep -le $BW_REPEATS ]]; then
+        log "  iperf3: one stream per rail, all rails at once (uni, then --bidir)"
+        iperf3_round uni "$rep"
+        iperf3_round bidir "$rep"
+    fi
+    for cfg in "${CONFIGS[@]}"; do
+        kind=${cfg% *}
+        row=${cfg#* }
+        if [[ $rep -le $BW_REPEATS ]]; then
+            log "  $row: bandwidth 64K 1M 4M, bi-bandwidth 4M"
+            share_begin
+            for size in 64K 1M 4M; do "${kind}_bw" "$row" "$size" "$rep"; done
+            share_end "$row"
+            "${kind}_bibw" "$row" 4M "$rep"
+        fi
+        if [[ $rep -le $LAT_REPEATS ]]; then
+            log "  $row: latency 8B, 4MiB"
+            "${kind}_lat" "$row" 8 "$rep"
+            "${kind}_lat" "$row" 4M "$rep"
+        fi
+    done
+}
+
+# One round of the small-message part for one tool: 8 B latency on rail0 and
+# on all rails (only when the main part does not run: it measures the same
+# rows with the same counts), bandwidth at --small-sizes and mbw_mr on all
+# rails.
+small_round() { # KIND REPEAT
+    local kind=$1 rep=$2 one=${SMALL_ROW1[$1]} all=${SMALL_ROWALL[$1]}
+    if ! want_part main && [[ $rep -le $LAT_REPEATS ]]; then
+        log "  $all: small messages: latency 8B (${one:+rail0 only, }all rails)"
+        if [[ -n $one ]]; then "${kind}_lat" "$one" 8 "$rep"; fi
+        "${kind}_lat" "$all" 8 "$rep"
+    fi
+    if [[ $rep -le $BW_REPEATS ]]; then
+        log "  $all: small messages: bandwidth $SMALL_SIZES$([[ $kind == ucx ]] || echo ", mbw_mr $MBW_PAIRS pairs ${MBW_SIZE}B")"
+        "${kind}_sbw" "$all" "$rep"
+        "${kind}_mbw" "$all" "$rep"
     fi
 }
 
@@ -666,6 +899,16 @@ write_meta() {
         printf 'iterations\tbw windows 64K %s+%s, 1M %s+%s, 4M %s+%s; bibw 4M %s+%s; latency 8B %s+%s, 4M %s+%s (timed+warm-up); iperf3 -t %s -O %s\n' \
             "$BW_IT_64K" "$BW_WU_64K" "$BW_IT_1M" "$BW_WU_1M" "$BW_IT_4M" "$BW_WU_4M" "$BIBW_IT" "$BIBW_WU" \
             "$LAT_IT_8" "$LAT_WU_8" "$LAT_IT_4M" "$LAT_WU_4M" "$IPERF_SECS" "$IPERF_OMIT"
+        if want_part small; then
+            printf 'small_part\t1\n'
+            printf 'small_tools\t%s\n' "$ONLY_TOOLS"
+            printf 'small_sizes_bytes\t%s\n' "$SMALL_SIZES_BYTES"
+            printf 'small_mbw_pairs\t%s\n' "$MBW_PAIRS"
+            printf 'small_mbw_size\t%s\n' "$(size_bytes "$MBW_SIZE")"
+            printf 'small_iterations\tbw windows %s+%s at %s B; mbw_mr %s pairs %s B, windows %s+%s; latency 8B %s+%s round trips (timed+warm-up)\n' \
+                "$SBW_IT" "$SBW_WU" "$SMALL_SIZES_BYTES" "$MBW_PAIRS" "$(size_bytes "$MBW_SIZE")" "$MBW_IT" "$MBW_WU" "$LAT_IT_8" "$LAT_WU_8"
+        fi
+        printf 'parts\t%s\n' "$ONLY_PARTS"
         printf 'ompi_bandwidth_hints_mbit\t%s\n' "$(IFS=,; echo "${HINTS[*]}")"
         printf 'kernel\t%s\n' "$(uname -srv)"
         printf 'congestion_control\t%s\n' "$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown)"
@@ -717,27 +960,14 @@ main() {
     ROUNDS=$((LAT_REPEATS > BW_REPEATS ? LAT_REPEATS : BW_REPEATS))
     for ((rep = 1; rep <= ROUNDS; rep++)); do
         log "round $rep of $ROUNDS (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-        if want iperf3 && [[ $rep -le $BW_REPEATS ]]; then
-            log "  iperf3: one stream per rail, all rails at once (uni, then --bidir)"
-            iperf3_round uni "$rep"
-            iperf3_round bidir "$rep"
+        if want_part main; then
+            main_round "$rep"
         fi
-        for cfg in "${CONFIGS[@]}"; do
-            kind=${cfg% *}
-            row=${cfg#* }
-            if [[ $rep -le $BW_REPEATS ]]; then
-                log "  $row: bandwidth 64K 1M 4M, bi-bandwidth 4M"
-                share_begin
-                for size in 64K 1M 4M; do "${kind}_bw" "$row" "$size" "$rep"; done
-                share_end "$row"
-                "${kind}_bibw" "$row" 4M "$rep"
-            fi
-            if [[ $rep -le $LAT_REPEATS ]]; then
-                log "  $row: latency 8B, 4MiB"
-                "${kind}_lat" "$row" 8 "$rep"
-                "${kind}_lat" "$row" 4M "$rep"
-            fi
-        done
+        if want_part small; then
+            for kind in multirail ompi ucx; do
+                if want "$kind"; then small_round "$kind" "$rep"; fi
+            done
+        fi
     done
 
     while IFS=$'\t' read -r id _; do

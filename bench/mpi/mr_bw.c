@@ -16,7 +16,7 @@
  * directions are done). Both directions count:
  *     bandwidth = 2 * size * W * iterations / time.
  *
- *   mpirun -np 2 ./mr_bw [-b] [-s SIZES] [-i N] [-w N] [-W WINDOW] [-c]
+ *   mpirun -np 2 ./mr_bw [-b] [-s SIZES] [-i N] [-w N] [-W WINDOW] [-c] [-m]
  *
  *   -s SIZES  comma list of sizes; K/M/G are binary (64K = 65536); A:B is a
  *             doubling range (1:4M). Default 1:4M.
@@ -26,13 +26,17 @@
  *   -b        bidirectional
  *   -c        check every byte of every message (adds time to the result;
  *             only when every receive of a window has its own buffer)
+ *   -m        add a third column, Messages/s (= W * iterations / time, both
+ *             directions with -b): all the digits of a tiny message's rate,
+ *             which the two decimals of the MB/s column round away
  *   -h        help
  *
  * Every receive of a window has its own buffer (up to 1 GiB in total; above
  * that the window's receives share buffers round-robin). Sends of a window
  * share one buffer, which MPI-3 allows.
  *
- * Output (rank 0, stdout): "# Size  Bandwidth (MB/s)" then one line per size.
+ * Output (rank 0, stdout): "# Size  Bandwidth (MB/s)" (with -m also
+ * "Messages/s") then one line per size.
  * Exit status 0 on success, 1 if -c found a wrong byte, 2 on usage errors.
  */
 #include "mr_common.h"
@@ -41,13 +45,14 @@
 
 static void usage(void)
 {
-    puts("usage: mr_bw [-b] [-s SIZES] [-i ITERS] [-w WARMUP] [-W WINDOW] [-c]\n"
+    puts("usage: mr_bw [-b] [-s SIZES] [-i ITERS] [-w WARMUP] [-W WINDOW] [-c] [-m]\n"
          "  -b        bidirectional: both ranks send windows at once, both directions counted\n"
          "  -s SIZES  comma list, K/M/G binary suffixes, A:B doubling range (default 1:4M)\n"
          "  -i N      timed windows per size (default 100 <=8K, 20 above)\n"
          "  -w N      warm-up windows per size (default 10 <=8K, 2 above)\n"
          "  -W N      messages per window (default 64)\n"
          "  -c        validate every byte of every message\n"
+         "  -m        add a Messages/s column\n"
          "Prints '# Size  Bandwidth (MB/s)' with MB = 10^6 bytes.");
 }
 
@@ -63,7 +68,7 @@ static long default_warmup(size_t s)
 
 int main(int argc, char **argv)
 {
-    int rank, nranks, ok, bad = 0;
+    int rank, nranks, ok, bad = 0, rate = 0;
     struct mr_opts o = {.iters = -1, .warmup = -1, .window = 64};
 
     MPI_Init(&argc, &argv);
@@ -72,7 +77,7 @@ int main(int argc, char **argv)
 
     mr_parse_sizes("1:4M", &o);
     int c;
-    while ((c = getopt(argc, argv, "bs:i:w:W:ch")) != -1) {
+    while ((c = getopt(argc, argv, "bs:i:w:W:cmh")) != -1) {
         switch (c) {
         case 'b':
             o.bidir = 1;
@@ -100,6 +105,9 @@ int main(int argc, char **argv)
         }
         case 'c':
             o.validate = 1;
+            break;
+        case 'm':
+            rate = 1;
             break;
         case 'h':
             if (rank == 0)
@@ -144,7 +152,10 @@ int main(int argc, char **argv)
             printf("# mr_bw: unidirectional, window %d, 4-byte ack per window, MB = 10^6 B\n", W);
         if (o.validate && nrbuf < W)
             printf("# -c: window x size > 1 GiB, receives share buffers: payloads are not checked\n");
-        printf("# %-8s%18s\n", "Size", "Bandwidth (MB/s)");
+        if (rate)
+            printf("# %-8s%18s%20s\n", "Size", "Bandwidth (MB/s)", "Messages/s");
+        else
+            printf("# %-8s%18s\n", "Size", "Bandwidth (MB/s)");
         fflush(stdout);
     }
 
@@ -186,8 +197,12 @@ int main(int argc, char **argv)
         t1 = MPI_Wtime();
 
         if (rank == 0) {
-            double bytes = (double)size * (double)W * (double)iters * (o.bidir ? 2.0 : 1.0);
-            printf("%-10zu%18.2f\n", size, bytes / (t1 - t0) / 1e6);
+            double msgs = (double)W * (double)iters * (o.bidir ? 2.0 : 1.0);
+            double bytes = (double)size * msgs;
+            if (rate)
+                printf("%-10zu%18.2f%20.2f\n", size, bytes / (t1 - t0) / 1e6, msgs / (t1 - t0));
+            else
+                printf("%-10zu%18.2f\n", size, bytes / (t1 - t0) / 1e6);
             fflush(stdout);
         }
     }

@@ -1,6 +1,6 @@
 /*
  * mr_common.h - shared helpers of the multirail MPI benchmarks
- * (mr_pingpong, mr_bw): option parsing, size lists, buffers, reporting.
+ * (mr_pingpong, mr_bw, mr_mbw_mr): option parsing, size lists, buffers, reporting.
  *
  * Written for the multirail project; not derived from the OSU sources. Only
  * the output format (a "# Size  ..." header and two columns) follows the OSU
