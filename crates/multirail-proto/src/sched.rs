@@ -173,6 +173,12 @@ fn up_rails(rails: &[RailView]) -> Vec<usize> {
     rails.iter().enumerate().filter(|(_, r)| r.up).map(|(i, _)| i).collect()
 }
 
+/// The `(n mod up-rails)`-th up rail, without allocating.
+fn nth_up(rails: &[RailView], n: usize) -> Option<usize> {
+    let count = rails.iter().filter(|r| r.up).count();
+    (count > 0).then(|| rails.iter().enumerate().filter(|(_, r)| r.up).nth(n % count).map(|(i, _)| i)).flatten()
+}
+
 /// Next chunk of a plan pinned to `plan.rail`, moving to another up rail if
 /// that one went down.
 fn next_pinned(plan: &mut Plan, rails: &[RailView]) -> Option<Chunk> {
@@ -212,8 +218,7 @@ impl Scheduler for Single {
         PolicyKind::Single
     }
     fn start(&mut self, msg: &MessageInfo, rails: &[RailView], chunk: u64, _now: Time) -> Plan {
-        let up = up_rails(rails);
-        let rail = (!up.is_empty()).then(|| up[(msg.rank as usize + msg.peer as usize) % up.len()]);
+        let rail = nth_up(rails, msg.rank as usize + msg.peer as usize);
         Plan::sequential(msg.len, chunk, rail)
     }
     fn next(&mut self, plan: &mut Plan, rails: &[RailView], _now: Time) -> Option<Chunk> {
@@ -231,8 +236,7 @@ impl Scheduler for RoundRobin {
         PolicyKind::RoundRobin
     }
     fn start(&mut self, msg: &MessageInfo, rails: &[RailView], chunk: u64, _now: Time) -> Plan {
-        let up = up_rails(rails);
-        let rail = (!up.is_empty()).then(|| up[self.counter % up.len()]);
+        let rail = nth_up(rails, self.counter);
         self.counter = self.counter.wrapping_add(1);
         Plan::sequential(msg.len, chunk, rail)
     }

@@ -74,6 +74,17 @@ pub trait FrameSink {
     fn on_payload(&mut self, hdr: &FrameHeader, dest: PayloadDest, complete: bool) -> Result<(), ProtocolError>;
     /// Bytes of a long payload arrived: the rail is alive.
     fn on_activity(&mut self) {}
+    /// A whole frame whose payload is already in memory (a small frame in
+    /// the rail's read buffer): by default `on_header`, a copy and
+    /// `on_payload`; a sink can store it in one step.
+    fn on_frame(&mut self, hdr: &FrameHeader, payload: &[u8]) -> Result<(), ProtocolError> {
+        let mut dest = self.on_header(hdr)?;
+        if let Some(dst) = dest.as_mut_slice() {
+            let n = dst.len().min(payload.len());
+            dst[..n].copy_from_slice(&payload[..n]);
+        }
+        self.on_payload(hdr, dest, true)
+    }
 }
 
 /// Result of a [`Rail::flush`].

@@ -210,7 +210,7 @@ fn accept_loop(shared: &Arc<Shared>, me: &Me, mut poll: Poll, listeners: Vec<Mio
 /// Runs the handshake of one incoming connection and installs it.
 fn accept_one(shared: &Shared, me: &Me, k: usize, stream: std::net::TcpStream, from: std::net::SocketAddr) {
     let admit = |p: &multirail_proto::handshake::PeerHello| -> Result<(), HandshakeError> {
-        let Some(&i) = shared.slot_index.get(&(p.rank, k)) else { return Ok(()) };
+        let Some(i) = shared.slot_of(p.rank, k) else { return Ok(()) };
         let s = &shared.slots[i];
         let candidate = ConnId { generation: p.generation, initiator: p.rank };
         match *s.lock_id() {
@@ -263,7 +263,7 @@ fn connect_loop(shared: &Arc<Shared>, me: &Me, table: &Table, stop: &AtomicBool)
 
 /// One connection attempt the core asked for.
 fn attempt(shared: &Shared, me: &Me, req: ConnectRequest, addr: std::net::SocketAddr) {
-    let Some(&i) = shared.slot_index.get(&(req.peer, req.rail)) else { return };
+    let Some(i) = shared.slot_of(req.peer, req.rail) else { return };
     // Generations only grow through authenticated peers (`install`), so
     // one that reaches the top stays there rather than wrapping around.
     let generation = shared.slots[i].max_gen.load(Ordering::Acquire).saturating_add(1);
@@ -309,7 +309,7 @@ pub(crate) fn adopt(shared: &Shared, cfg: &Config, c: Conn, id: ConnId) -> Resul
         Some(f) => Box::new(FaultRail::new(tcp, f)),
         None => Box::new(tcp),
     };
-    let i = *shared.slot_index.get(&(c.peer, c.rail)).ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
+    let i = shared.slot_of(c.peer, c.rail).ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
     Ok(shared.install(i, rail, id, CoreCaps { bandwidth, latency: Duration::ZERO }, c.hello.credits))
 }
 

@@ -296,7 +296,7 @@ impl Endpoint {
                 slots.push(Arc::new(Slot::new(peer, k, format!("{spec} to rank {peer}"))));
             }
         }
-        Shared::new(core, slots)
+        Shared::new(core, slots, rank)
     }
 
     // ----- about the job -----

@@ -5,6 +5,7 @@
 //! Lock order: a rail connection first, then the core. Never the reverse.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ use crate::connections::{ConnId, ConnectQueue};
 
 /// Bytes pulled from the core into a rail's own queue ahead of the socket.
 const FILL_TARGET: usize = 1 << 20;
+/// Queued output up to this size is written with the core locked.
+const INLINE_WRITE: usize = 64 << 10;
 
 /// A finished request.
 #[derive(Debug)]
@@ -76,6 +79,25 @@ impl Slot {
     }
 }
 
+/// Hashes request ids (a counter) by multiplication: the completion map is
+/// touched for every message, and SipHash costs more than the rest of it.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// Most rail events kept for diagnostics (older ones are counted).
 const MAX_RAIL_EVENTS: usize = 256;
 
@@ -87,7 +109,7 @@ const PARK: Duration = Duration::from_secs(2);
 
 pub struct Inner {
     pub core: Core,
-    pub done: HashMap<ReqId, Completion>,
+    pub done: HashMap<ReqId, Completion, BuildHasherDefault<IdHasher>>,
     /// What happened to rails (failures, suspicions), oldest first, at
     /// most [`MAX_RAIL_EVENTS`] (for diagnostics).
     pub rail_errors: Vec<(PeerId, RailId, String)>,
@@ -104,7 +126,10 @@ pub struct Shared {
     pub done_waiters: AtomicUsize,
     pub origin: Instant,
     pub slots: Vec<Arc<Slot>>,
-    pub slot_index: HashMap<(PeerId, RailId), usize>,
+    /// This endpoint's rank and rail count: slot `(peer, rail)` is at
+    /// `peer' * rails + rail`, peer' counting the other ranks in order.
+    rank: PeerId,
+    rails: usize,
     pub shutdown: AtomicBool,
     /// Connections the core asked for, for the connector thread.
     pub connect_q: ConnectQueue,
@@ -120,15 +145,23 @@ pub struct Serviced {
     /// The read budget ran out: service again without waiting.
     pub more: bool,
     pub deadline: Option<Instant>,
+    /// The connection's file descriptor (none: not connected).
+    pub fd: Option<std::os::fd::RawFd>,
 }
 
 impl Shared {
-    pub fn new(core: Core, slots: Vec<Arc<Slot>>) -> Shared {
-        let slot_index = slots.iter().enumerate().map(|(i, s)| ((s.peer, s.rail), i)).collect();
+    /// `slots`: one per (peer, rail), peers in rank order (without
+    /// `rank`, ours), rails in index order.
+    pub fn new(core: Core, slots: Vec<Arc<Slot>>, rank: PeerId) -> Shared {
+        let rails = slots.iter().map(|s| s.rail + 1).max().unwrap_or(1);
+        debug_assert!(slots.iter().enumerate().all(|(i, s)| {
+            let p = s.peer - (s.peer > rank) as PeerId;
+            i == p as usize * rails + s.rail
+        }));
         Shared {
             inner: Mutex::new(Inner {
                 core,
-                done: HashMap::new(),
+                done: HashMap::default(),
                 rail_errors: Vec::new(),
                 rail_errors_dropped: 0,
                 failures: Vec::new(),
@@ -137,11 +170,21 @@ impl Shared {
             done_waiters: AtomicUsize::new(0),
             origin: Instant::now(),
             slots,
-            slot_index,
+            rank,
+            rails,
             shutdown: AtomicBool::new(false),
             connect_q: ConnectQueue::default(),
             parked: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The slot of rail `rail` to `peer`, if there is one.
+    pub fn slot_of(&self, peer: PeerId, rail: RailId) -> Option<usize> {
+        if peer == self.rank || rail >= self.rails {
+            return None;
+        }
+        let i = (peer - (peer > self.rank) as PeerId) as usize * self.rails + rail;
+        (i < self.slots.len()).then_some(i)
     }
 
     pub fn now(&self) -> Time {
@@ -216,7 +259,8 @@ impl Shared {
                 Event::PeerClosed { peer } => tracing::debug!(peer, "peer closed"),
             }
         }
-        let wake = g.core.take_wakeups();
+        let mut wake = Vec::new();
+        g.core.drain_wakeups(|p, r| wake.extend(self.slot_of(p, r)));
         // Read under the lock: a waiter registers under it before sleeping.
         let notify = completed && self.done_waiters.load(Ordering::Acquire) > 0;
         let mut dial = Vec::new();
@@ -230,12 +274,11 @@ impl Shared {
             self.connect_q.push(dial);
         }
         for (peer, rail) in close {
-            if let Some(&i) = self.slot_index.get(&(peer, rail)) {
+            if let Some(i) = self.slot_of(peer, rail) {
                 self.slots[i].close_requested.store(true, Ordering::Release);
                 self.wake_slot(i);
             }
         }
-        let wake: Vec<usize> = wake.iter().filter_map(|k| self.slot_index.get(k).copied()).collect();
         if notify {
             self.done_cv.notify_all();
         }
@@ -274,9 +317,12 @@ impl Shared {
     }
 
     /// Reads from and writes to slot `i` as far as possible without blocking.
+    /// Writing is only attempted when there may be something to write: the
+    /// core said so (`wake_pending`, also while the frames just read were
+    /// handled), or bytes wait in the rail for the socket.
     pub fn service(&self, i: usize) -> Serviced {
         let s = &self.slots[i];
-        s.wake_pending.store(false, Ordering::Release);
+        let woken = s.wake_pending.swap(false, Ordering::AcqRel);
         let mut conn = s.lock_conn();
         if s.close_requested.swap(false, Ordering::AcqRel) {
             if let Some(rail) = conn.take() {
@@ -293,12 +339,15 @@ impl Shared {
                 return Serviced::default();
             }
         };
-        if let Err(e) = self.pump_send(s, rail.as_mut()) {
-            self.fail(i, &mut conn, e);
-            return Serviced::default();
+        let write = woken || s.wake_pending.swap(false, Ordering::AcqRel) || rail.queued_bytes() > 0;
+        if write {
+            if let Err(e) = self.pump_send(s, rail.as_mut()) {
+                self.fail(i, &mut conn, e);
+                return Serviced::default();
+            }
         }
         let rail = conn.as_ref().expect("still connected");
-        Serviced { want_write: rail.queued_bytes() > 0, more, deadline: rail.deadline() }
+        Serviced { want_write: rail.queued_bytes() > 0, more, deadline: rail.deadline(), fd: rail.poll_fd() }
     }
 
     /// Sends what the core has for this rail, if the connection is free
@@ -316,26 +365,47 @@ impl Shared {
         }
     }
 
-    /// Moves frames from the core into the rail and writes them.
+    /// Moves frames from the core into the rail and writes them. A small
+    /// amount is written with the core locked, so taking the frames,
+    /// writing them and reporting them written cost one lock (the latency
+    /// path of small messages); bulk data is written outside the lock.
     fn pump_send(&self, s: &Slot, rail: &mut dyn Rail) -> Result<(), RailError> {
+        let mut written = 0;
         loop {
-            if rail.queued_bytes() < FILL_TARGET {
-                self.with_core(|c, now| {
-                    while rail.queued_bytes() < FILL_TARGET {
-                        let Some(t) = c.poll_transmit(s.peer, s.rail, now) else { break };
-                        tracing::trace!(peer = s.peer, rail = s.rail, op = ?t.header.op, seq = t.header.seq, off = t.header.offset, len = t.header.frag_len, "tx");
-                        rail.send(&t.header, t.payload);
-                    }
-                });
-            }
-            if rail.queued_bytes() == 0 {
-                return Ok(());
+            let mut inline: Option<Result<bool, RailError>> = None;
+            self.with_core(|c, now| {
+                if written > 0 {
+                    c.on_sent(s.peer, s.rail, written, now);
+                }
+                while rail.queued_bytes() < FILL_TARGET {
+                    let Some(t) = c.poll_transmit(s.peer, s.rail, now) else { break };
+                    tracing::trace!(peer = s.peer, rail = s.rail, op = ?t.header.op, seq = t.header.seq, off = t.header.offset, len = t.header.frag_len, "tx");
+                    rail.send(&t.header, t.payload);
+                }
+                let q = rail.queued_bytes();
+                if q > 0 && q <= INLINE_WRITE {
+                    inline = Some(rail.flush().map(|f| {
+                        if f.frames > 0 {
+                            c.on_sent(s.peer, s.rail, f.frames, now);
+                        }
+                        f.blocked
+                    }));
+                }
+            });
+            match inline {
+                Some(r) => {
+                    r?;
+                    return Ok(());
+                }
+                None if rail.queued_bytes() == 0 => return Ok(()),
+                None => {}
             }
             let f = rail.flush()?;
-            if f.frames > 0 {
-                self.with_core(|c, now| c.on_sent(s.peer, s.rail, f.frames, now));
-            }
+            written = f.frames;
             if f.blocked || f.bytes == 0 {
+                if written > 0 {
+                    self.with_core(|c, now| c.on_sent(s.peer, s.rail, written, now));
+                }
                 return Ok(());
             }
         }
@@ -411,6 +481,9 @@ impl Shared {
         let mut conn = s.lock_conn();
         let mut cur = s.lock_id();
         if conn.is_some() && cur.is_some_and(|c| !id.beats(&c)) {
+            // The peer may hold this one as its current connection until
+            // it sees the winner: close it later, not now.
+            self.parked.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), rail));
             return false;
         }
         s.max_gen.fetch_max(id.generation, Ordering::AcqRel);
@@ -467,5 +540,9 @@ impl FrameSink for CoreSink<'_> {
     }
     fn on_activity(&mut self) {
         self.shared.with_core(|c, now| c.rail_activity(self.peer, self.rail, now))
+    }
+    fn on_frame(&mut self, hdr: &FrameHeader, payload: &[u8]) -> Result<(), ProtocolError> {
+        tracing::trace!(peer = self.peer, rail = self.rail, op = ?hdr.op, seq = hdr.seq, off = hdr.offset, len = hdr.frag_len, "rx");
+        self.shared.with_core(|c, now| c.on_frame(self.peer, self.rail, hdr, payload, now))
     }
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use multirail::{BytesMut, Endpoint, Finished, Progress, Request};
+use multirail::{Builder, BytesMut, Endpoint, Finished, Progress, Request};
 
 fn exchange(nrails: usize, progress: Progress, policy: &str, seed: u64, count: usize) {
     let mut rng = Rng(seed);
@@ -149,4 +149,34 @@ fn truncation_is_a_receive_error_and_the_buffer_comes_back() {
             }
         },
     );
+}
+
+/// Both ranks send first, at once, so both open the same rails at the
+/// same time: the two ends must settle on one connection per rail without
+/// any rail failing (regression: the losing connection was closed while
+/// the other end still used it, which it took for a failure).
+#[test]
+fn simultaneous_first_sends_settle_on_one_connection_per_rail() {
+    for round in 0..8 {
+        let results = job(
+            2,
+            |_| Builder::new(config(2, Progress::Polled)).policy("*:stripe"),
+            |ep| {
+                let peer = 1 - ep.rank();
+                let s = ep.isend(peer, 1, pattern(round, 300_000)).unwrap();
+                let (buf, st) = ep.irecv(Some(peer), Some(1), BytesMut::zeroed(300_000)).unwrap().wait().unwrap();
+                s.wait().unwrap();
+                assert_eq!(st.len, 300_000);
+                assert!(buf[..] == pattern(round, 300_000)[..]);
+                ep.barrier().unwrap();
+                ep.rail_errors()
+            },
+        );
+        for (rank, errs) in results.iter().enumerate() {
+            assert!(
+                errs.iter().all(|e| e.2.starts_with("suspect") || e.2 == "answered again"),
+                "round {round}, rank {rank}: {errs:?}"
+            );
+        }
+    }
 }

@@ -44,7 +44,7 @@ use crate::wire::{Flags, FrameHeader, Op};
 
 use super::rail::{Handed, Ping, RailState};
 use super::send::FragState;
-use super::{Config, Core, Event, Owed, Peer, PeerId, RailId, Transmit};
+use super::{Config, Core, Event, Owed, Peer, PeerId, RailId, Transmit, push_wake};
 
 /// Retransmission timeout before a rail has any round-trip sample.
 pub const RTO_INITIAL: Duration = Duration::from_millis(200);
@@ -225,7 +225,7 @@ impl Core {
             for t in moved {
                 p.rails[to].push_ctrl(t);
             }
-            self.wakeups.insert((peer, to));
+            push_wake(&mut self.wakeups, peer, to);
         }
         if !self.peers[&peer].rails[rail].acks.is_empty() {
             // What it received goes acknowledged on another rail.
@@ -249,7 +249,7 @@ impl Core {
         h.flags = Flags::PING;
         h.seq = id;
         r.push_ctrl(Transmit { header: h, payload: Bytes::new() });
-        self.wakeups.insert((peer, rail));
+        push_wake(&mut self.wakeups, peer, rail);
     }
 
     /// A HEARTBEAT arrived: answer a PING, or take a PONG's news.
@@ -264,7 +264,7 @@ impl Core {
             p.credit_reported = p.credit_returned;
             p.rts_reported = p.rts_returned;
             p.rails[rail].push_ctrl(Transmit { header: h, payload: Bytes::new() });
-            self.wakeups.insert((peer, rail));
+            push_wake(&mut self.wakeups, peer, rail);
             return;
         }
         if !hdr.flags.contains(Flags::PONG) {
@@ -327,7 +327,7 @@ impl Core {
         }
         for t in again {
             p.rails[to].push_ctrl(t);
-            self.wakeups.insert((peer, to));
+            push_wake(&mut self.wakeups, peer, to);
         }
     }
 

@@ -357,6 +357,8 @@ pub(crate) struct Peer {
     pub out: BTreeMap<u64, OutMsg>,
     /// Messages whose plan still has unassigned bytes.
     pub sending: BTreeSet<u64>,
+    /// Scratch for `schedule` (kept to avoid an allocation per call).
+    pub views_buf: Vec<crate::sched::RailView>,
     /// Fragments to re-send after a rail failure: (seq, offset).
     pub retx: VecDeque<(u64, u64)>,
     /// The peer's eager grant (from its HELLO), once a rail came up.
@@ -450,6 +452,13 @@ impl Peer {
     }
 }
 
+/// Notes that `rail` to `peer` has new output (once).
+pub(crate) fn push_wake(w: &mut Vec<(PeerId, RailId)>, peer: PeerId, rail: RailId) {
+    if !w.contains(&(peer, rail)) {
+        w.push((peer, rail));
+    }
+}
+
 /// The sans-IO endpoint. See the module documentation for how to drive it.
 pub struct Core {
     cfg: Config,
@@ -459,7 +468,8 @@ pub struct Core {
     /// Matchable, unmatched messages in arrival order: (peer, seq).
     unexpected: VecDeque<(PeerId, u64)>,
     events: VecDeque<Event>,
-    wakeups: BTreeSet<(PeerId, RailId)>,
+    /// Rails with new output since `take_wakeups` (few; no duplicates).
+    wakeups: Vec<(PeerId, RailId)>,
     next_req: u64,
     closing: bool,
     /// Something changed that may make [`Core::poll_connect`] return a
@@ -481,7 +491,7 @@ impl Core {
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
             events: VecDeque::new(),
-            wakeups: BTreeSet::new(),
+            wakeups: Vec::new(),
             next_req: 1,
             closing: false,
             connect_dirty: true,
@@ -626,6 +636,7 @@ impl Core {
                 waiting: VecDeque::new(),
                 out: BTreeMap::new(),
                 sending: BTreeSet::new(),
+                views_buf: Vec::new(),
                 retx: VecDeque::new(),
                 credit_grant: None,
                 credit_spent: 0,
@@ -821,7 +832,7 @@ impl Core {
             for (i, r) in p.rails.iter_mut().enumerate() {
                 if r.up {
                     r.push_ctrl(Transmit { header: FrameHeader::new(Op::Close), payload: Bytes::new() });
-                    self.wakeups.insert((id, i));
+                    push_wake(&mut self.wakeups, id, i);
                 }
             }
         }
@@ -841,7 +852,14 @@ impl Core {
 
     /// Rails that got new output since the last call.
     pub fn take_wakeups(&mut self) -> Vec<(PeerId, RailId)> {
-        std::mem::take(&mut self.wakeups).into_iter().collect()
+        std::mem::take(&mut self.wakeups)
+    }
+
+    /// Hands each rail with new output to `f` (no allocation).
+    pub fn drain_wakeups(&mut self, mut f: impl FnMut(PeerId, RailId)) {
+        for (p, r) in self.wakeups.drain(..) {
+            f(p, r);
+        }
     }
 
     /// The next frame to write on `rail` to `peer`, if any. Report frames

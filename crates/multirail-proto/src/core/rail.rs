@@ -41,6 +41,11 @@ pub(crate) struct RateEstimator {
     samples: VecDeque<(Time, f64)>,
     pub last_sample: Option<Time>,
     min_rtt: Option<Duration>,
+    /// `rate()` as of the last sample: the largest recent sample and when
+    /// it leaves the window (the hot path asks far more often than samples
+    /// arrive).
+    best: f64,
+    best_until: Time,
 }
 
 /// Samples older than this no longer count towards the estimate, so a
@@ -72,6 +77,8 @@ impl RateEstimator {
             samples: VecDeque::new(),
             last_sample: None,
             min_rtt: None,
+            best: 0.0,
+            best_until: Time::ZERO,
         }
     }
 
@@ -114,10 +121,29 @@ impl RateEstimator {
         }
         self.samples.push_back((now, rate));
         self.last_sample = Some(now);
+        self.refresh(now);
+    }
+
+    /// Recomputes the cached maximum of the samples still in the window.
+    fn refresh(&mut self, now: Time) {
+        let best = self.samples.iter().filter(|(t, _)| now.since(*t) <= RATE_WINDOW).max_by(|a, b| a.1.total_cmp(&b.1));
+        match best {
+            Some(&(t, r)) => {
+                self.best = r;
+                self.best_until = t + RATE_WINDOW;
+            }
+            None => {
+                self.best = 0.0;
+                self.best_until = Time(u64::MAX);
+            }
+        }
     }
 
     /// Current estimate in bytes/s (0 when nothing was measured recently).
     pub fn rate(&self, now: Time) -> f64 {
+        if now <= self.best_until && self.best > 0.0 {
+            return self.best;
+        }
         let recent =
             self.samples.iter().filter(|(t, _)| now.since(*t) <= RATE_WINDOW).map(|(_, r)| *r).fold(0.0, f64::max);
         if recent > 0.0 {

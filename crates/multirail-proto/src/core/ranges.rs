@@ -45,6 +45,29 @@ impl RangeSet {
         if start >= end {
             return 0;
         }
+        // Fast paths: at or after the last range (sets mostly grow at
+        // their end: delivered messages, bytes of a stream).
+        match self.map.last_key_value().map(|(&s, &e)| (s, e)) {
+            None => {
+                self.map.insert(start, end);
+                self.total += end - start;
+                return end - start;
+            }
+            Some((_, le)) if start > le => {
+                self.map.insert(start, end);
+                self.total += end - start;
+                return end - start;
+            }
+            Some((ls, le)) if start >= ls => {
+                if end <= le {
+                    return 0;
+                }
+                self.map.insert(ls, end);
+                self.total += end - le;
+                return end - le;
+            }
+            _ => {}
+        }
         let (mut s, mut e) = (start, end);
         let mut removed = 0;
         // Merge with every range that overlaps or touches [s, e).

@@ -10,7 +10,7 @@ use crate::wire::{Flags, FrameHeader, Op, frame::payload_checksum};
 use super::recvbuf::RecvBuffer;
 use super::{
     Core, Event, MESSAGE_OVERHEAD, Owed, PayloadDest, PeerId, Posted, ProtocolError, RTS_CREDITS, RailId, RangeSet,
-    RecvError, ReqId, SEQ_WINDOW, Status, Transmit,
+    RecvError, ReqId, SEQ_WINDOW, Status, Transmit, push_wake,
 };
 use crate::time::Time;
 
@@ -116,8 +116,21 @@ impl InMsg {
         Ok(())
     }
 
-    /// Where the payload of `hdr`, arriving on `rail`, goes.
-    fn dest_for(&mut self, hdr: &FrameHeader, rail: RailId) -> Result<PayloadDest, ProtocolError> {
+    /// Where the payload of `hdr`, arriving on `rail`, goes. With `data`
+    /// (the payload is in memory already), a fresh fragment whose range of
+    /// the buffer is at home is copied there at once: [`Dest::Stored`].
+    fn dest_for(&mut self, hdr: &FrameHeader, rail: RailId, data: Option<&[u8]>) -> Result<Dest, ProtocolError> {
+        let (off, len) = (hdr.offset, hdr.frag_len as u64);
+        let fresh = !self.received.overlaps(off, off + len) && (len > 0 || self.frames == 0);
+        if let (Some(d), true, InBuf::Own(b) | InBuf::User(b)) = (data, fresh, &mut self.buf) {
+            if b.copy_in(off, d) {
+                return Ok(Dest::Stored);
+            }
+        }
+        self.lease_for(hdr, rail).map(Dest::Payload)
+    }
+
+    fn lease_for(&mut self, hdr: &FrameHeader, rail: RailId) -> Result<PayloadDest, ProtocolError> {
         let (off, len) = (hdr.offset, hdr.frag_len as u64);
         if self.received.contains(off, off + len) && (len > 0 || self.frames > 0) {
             // A duplicate (re-sent after a rail failure): compare it.
@@ -148,6 +161,23 @@ impl InMsg {
     }
 }
 
+/// What became of a payload: the core stored it itself, or it goes to a
+/// destination the caller fills.
+pub(crate) enum Dest {
+    Stored,
+    Payload(PayloadDest),
+}
+
+impl Dest {
+    fn payload(self) -> PayloadDest {
+        match self {
+            Dest::Payload(p) => p,
+            // Only `on_frame` passes data that can be stored.
+            Dest::Stored => PayloadDest::None,
+        }
+    }
+}
+
 impl Core {
     /// A frame header arrived on `rail` from `peer`. Returns where its
     /// payload goes; read it there and call [`Core::on_payload`]. An error
@@ -159,9 +189,23 @@ impl Core {
         hdr: &FrameHeader,
         now: Time,
     ) -> Result<PayloadDest, ProtocolError> {
-        let Some(p) = self.peers.get_mut(&peer) else { return Ok(PayloadDest::Discard) };
+        self.header_dest(peer, rail, hdr, now, None).map(Dest::payload)
+    }
+
+    /// [`Core::on_header`], storing the payload at once when `data` has it
+    /// and its place in the buffer is free.
+    fn header_dest(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        now: Time,
+        data: Option<&[u8]>,
+    ) -> Result<Dest, ProtocolError> {
+        let discard = Ok(Dest::Payload(PayloadDest::Discard));
+        let Some(p) = self.peers.get_mut(&peer) else { return discard };
         if p.failed.is_some() {
-            return Ok(PayloadDest::Discard);
+            return discard;
         }
         match p.rails.get_mut(rail) {
             Some(r) if r.up && r.ctrl_bytes >= MAX_CTRL_BACKLOG => {
@@ -169,7 +213,7 @@ impl Core {
             }
             Some(r) if r.up => r.last_rx = now,
             // A rail we declared down: the driver is closing it.
-            _ => return Ok(PayloadDest::Discard),
+            _ => return discard,
         }
         p.last_rx = now;
         if hdr.flags.contains(Flags::ACKED) {
@@ -177,19 +221,20 @@ impl Core {
             self.rx_prefix(peer, prefix, now)?;
         }
         let p = self.peers.get_mut(&peer).expect("checked above");
+        let none = Dest::Payload(PayloadDest::None);
         match hdr.op {
-            Op::Eager => self.rx_eager(peer, rail, hdr, now),
-            Op::Data => self.rx_data(peer, rail, hdr),
-            Op::Rts => self.rx_rts(peer, rail, hdr, now).map(|_| PayloadDest::None),
-            Op::Cts => self.rx_cts(peer, hdr, now).map(|_| PayloadDest::None),
-            Op::Ack => Ok(PayloadDest::Scratch(vec![0; hdr.payload_len()])),
+            Op::Eager => self.rx_eager(peer, rail, hdr, now, data),
+            Op::Data => self.rx_data(peer, rail, hdr, data),
+            Op::Rts => self.rx_rts(peer, rail, hdr, now).map(|_| none),
+            Op::Cts => self.rx_cts(peer, hdr, now).map(|_| none),
+            Op::Ack => Ok(Dest::Payload(PayloadDest::Scratch(vec![0; hdr.payload_len()]))),
             Op::Heartbeat => {
                 self.rx_heartbeat(peer, rail, hdr, now);
-                Ok(PayloadDest::None)
+                Ok(none)
             }
             Op::Close => {
                 p.closed_by_peer = true;
-                Ok(PayloadDest::None)
+                Ok(none)
             }
         }
     }
@@ -258,8 +303,9 @@ impl Core {
         }
     }
 
-    /// A whole frame at once (payload already in memory): `on_header`,
-    /// copy, `on_payload`.
+    /// A whole frame at once (payload already in memory): a fresh data
+    /// fragment is copied straight into its buffer; anything else goes
+    /// through `on_header`, a copy and `on_payload`.
     pub fn on_frame(
         &mut self,
         peer: PeerId,
@@ -268,12 +314,21 @@ impl Core {
         payload: &[u8],
         now: Time,
     ) -> Result<(), ProtocolError> {
-        let mut dest = self.on_header(peer, rail, hdr, now)?;
-        if let Some(dst) = dest.as_mut_slice() {
-            let n = dst.len().min(payload.len());
-            dst[..n].copy_from_slice(&payload[..n]);
+        let checked = !hdr.flags.contains(Flags::CHECKSUM) || payload_checksum(payload) == hdr.checksum;
+        let data = (hdr.op.carries_data() && checked && payload.len() == hdr.payload_len()).then_some(payload);
+        match self.header_dest(peer, rail, hdr, now, data)? {
+            Dest::Stored => {
+                self.received(peer, rail, hdr, now);
+                Ok(())
+            }
+            Dest::Payload(mut dest) => {
+                if let Some(dst) = dest.as_mut_slice() {
+                    let n = dst.len().min(payload.len());
+                    dst[..n].copy_from_slice(&payload[..n]);
+                }
+                self.on_payload(peer, rail, hdr, dest, true, now)
+            }
         }
-        self.on_payload(peer, rail, hdr, dest, true, now)
     }
 
     fn check_seq(&self, peer: PeerId, seq: u64) -> Result<(), ProtocolError> {
@@ -306,10 +361,11 @@ impl Core {
         rail: RailId,
         hdr: &FrameHeader,
         now: Time,
-    ) -> Result<PayloadDest, ProtocolError> {
+        data: Option<&[u8]>,
+    ) -> Result<Dest, ProtocolError> {
         let seq = hdr.seq;
         if self.is_done(peer, seq) {
-            return Ok(PayloadDest::Discard);
+            return Ok(Dest::Payload(PayloadDest::Discard));
         }
         self.check_seq(peer, seq)?;
         if !self.peers[&peer].inc.contains_key(&seq) {
@@ -330,13 +386,19 @@ impl Core {
         }
         let m = self.peers.get_mut(&peer).expect("checked").inc.get_mut(&seq).expect("present");
         m.check_same(hdr, seq)?;
-        m.dest_for(hdr, rail)
+        m.dest_for(hdr, rail, data)
     }
 
-    fn rx_data(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
+    fn rx_data(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        data: Option<&[u8]>,
+    ) -> Result<Dest, ProtocolError> {
         let seq = hdr.seq;
         if self.is_done(peer, seq) {
-            return Ok(PayloadDest::Discard);
+            return Ok(Dest::Payload(PayloadDest::Discard));
         }
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let Some(m) = p.inc.get_mut(&seq) else { return Err(ProtocolError::UnannouncedData { seq }) };
@@ -350,7 +412,7 @@ impl Core {
             p.settle(r, at, Owed::Data(seq));
         }
         let m = p.inc.get_mut(&seq).expect("checked above");
-        m.dest_for(hdr, rail)
+        m.dest_for(hdr, rail, data)
     }
 
     fn rx_rts(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) -> Result<(), ProtocolError> {
@@ -378,7 +440,7 @@ impl Core {
                 p.settle(old, was, Owed::Data(seq));
                 p.owe(rail, now, Owed::Data(seq));
                 p.rails[rail].push_ctrl(cts);
-                self.wakeups.insert((peer, rail));
+                push_wake(&mut self.wakeups, peer, rail);
             }
             return Ok(());
         }
@@ -516,7 +578,7 @@ impl Core {
         p.rails[rail].push_ctrl(cts);
         p.rts_used -= 1;
         p.rts_returned += 1;
-        self.wakeups.insert((peer, rail));
+        push_wake(&mut self.wakeups, peer, rail);
     }
 
     /// Records a fully received fragment and acknowledges it.
@@ -627,7 +689,7 @@ impl Core {
             h.frag_len = repr.buffer_len() as u32;
             p.rails[carrier].push_ctrl(Transmit { header: h, payload: Bytes::from(repr.to_vec()) });
         }
-        self.wakeups.insert((peer, carrier));
+        push_wake(&mut self.wakeups, peer, carrier);
     }
 
     /// Sends every pending acknowledgement of `peer` now; with

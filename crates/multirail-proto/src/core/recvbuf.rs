@@ -20,8 +20,11 @@ use bytes::BytesMut;
 
 #[derive(Debug)]
 pub struct RecvBuffer {
-    /// Pieces at home, by offset. Together with the leased pieces they
-    /// tile `[0, len)`.
+    /// The buffer in one piece, until the first lease (small messages are
+    /// copied in and never split).
+    whole: Option<BytesMut>,
+    /// Pieces at home, by offset, once split. Together with the leased
+    /// pieces they tile `[0, len)`.
     home: BTreeMap<u64, BytesMut>,
     /// Pieces out on lease, by offset.
     leases: BTreeMap<u64, LeaseInfo>,
@@ -47,9 +50,14 @@ pub struct Lease {
 impl RecvBuffer {
     pub fn new(buf: BytesMut) -> RecvBuffer {
         let len = buf.len() as u64;
-        let mut home = BTreeMap::new();
-        home.insert(0, buf);
-        RecvBuffer { home, leases: BTreeMap::new(), len, next_id: 0 }
+        RecvBuffer { whole: Some(buf), home: BTreeMap::new(), leases: BTreeMap::new(), len, next_id: 0 }
+    }
+
+    /// Moves the one piece into `home` (before the first lease).
+    fn split_mode(&mut self) {
+        if let Some(w) = self.whole.take() {
+            self.home.insert(0, w);
+        }
     }
 
     pub fn len(&self) -> u64 {
@@ -72,6 +80,7 @@ impl RecvBuffer {
         if end > self.len {
             return None;
         }
+        self.split_mode();
         let (&start, piece) = self.home.range(..=offset).next_back()?;
         if start + (piece.len() as u64) < end {
             return None;
@@ -126,11 +135,38 @@ impl RecvBuffer {
         }
     }
 
+    /// Copies `data` to `offset` if that range is at home in one piece
+    /// (not on lease); returns whether it did.
+    pub fn copy_in(&mut self, offset: u64, data: &[u8]) -> bool {
+        let Some(end) = offset.checked_add(data.len() as u64) else { return false };
+        if let Some(w) = self.whole.as_mut() {
+            if end > self.len {
+                return false;
+            }
+            w[offset as usize..end as usize].copy_from_slice(data);
+            return true;
+        }
+        let Some((&s, p)) = self.home.range_mut(..=offset).next_back() else { return false };
+        if s + (p.len() as u64) < end || end > self.len {
+            return false;
+        }
+        let at = (offset - s) as usize;
+        p[at..at + data.len()].copy_from_slice(data);
+        true
+    }
+
     /// Read access to `[offset, offset + len)` if it is at home in one piece
     /// or across neighbouring pieces; copies into `out`.
     pub fn copy_out(&self, offset: u64, out: &mut [u8]) -> bool {
         let mut at = offset;
         let end = offset + out.len() as u64;
+        if let Some(w) = &self.whole {
+            if end > self.len {
+                return false;
+            }
+            out.copy_from_slice(&w[offset as usize..end as usize]);
+            return true;
+        }
         while at < end {
             let Some((&s, p)) = self.home.range(..=at).next_back() else { return false };
             let pe = s + p.len() as u64;
@@ -148,6 +184,9 @@ impl RecvBuffer {
     /// Joins the pieces into one buffer. Only valid with no lease out.
     pub fn into_inner(mut self) -> BytesMut {
         debug_assert!(self.leases.is_empty(), "joining a buffer with pieces out on lease");
+        if let Some(w) = self.whole.take() {
+            return w;
+        }
         let mut pieces = std::mem::take(&mut self.home).into_values();
         let mut whole = pieces.next().unwrap_or_default();
         for p in pieces {
@@ -222,6 +261,18 @@ mod tests {
         assert!(whole[..20].iter().all(|&x| x == 7));
         assert!(whole[20..50].iter().all(|&x| x == 9), "the fresh piece's bytes, not the stale ones");
         assert!(whole[50..].iter().all(|&x| x == 7));
+    }
+
+    #[test]
+    fn copy_in_only_where_at_home() {
+        let mut rb = RecvBuffer::new(BytesMut::zeroed(100));
+        assert!(rb.copy_in(10, &[1; 20]));
+        let l = rb.lease(50, 10, 0).unwrap();
+        assert!(!rb.copy_in(45, &[2; 10]), "overlaps the lease");
+        assert!(!rb.copy_in(95, &[2; 10]), "beyond the end");
+        rb.give_back(l);
+        let whole = rb.into_inner();
+        assert!(whole[10..30].iter().all(|&x| x == 1) && whole[..10].iter().all(|&x| x == 0));
     }
 
     #[test]

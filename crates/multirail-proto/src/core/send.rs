@@ -12,7 +12,7 @@ use crate::time::Time;
 use crate::wire::{AckRepr, Flags, FrameHeader, Op, frame::payload_checksum};
 
 use super::rail::{FragRef, Handed, SendStamp};
-use super::{Core, Event, MESSAGE_OVERHEAD, Owed, Peer, PeerId, ProtocolError, RailId, ReqId, Transmit};
+use super::{Core, Event, MESSAGE_OVERHEAD, Owed, Peer, PeerId, ProtocolError, RailId, ReqId, Transmit, push_wake};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OutState {
@@ -141,8 +141,10 @@ impl Core {
         if p.failed.is_some() || p.up_rails() == 0 {
             return;
         }
-        let mut views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
-        let mut woken = Vec::new();
+        let mut views = std::mem::take(&mut p.views_buf);
+        views.clear();
+        views.extend(p.rails.iter().map(|r| r.view(&window, now)));
+        let mut woken: Vec<RailId> = Vec::new();
 
         // 0. RTSs whose rail failed go again, in order.
         if let Some(rail) = least_loaded(&views) {
@@ -217,8 +219,9 @@ impl Core {
         }
 
         // 3. New chunks, message by message in order.
-        let sending: Vec<u64> = p.sending.iter().copied().collect();
-        for seq in sending {
+        let mut cursor = p.sending.first().copied();
+        while let Some(seq) = cursor {
+            cursor = p.sending.range(seq + 1..).next().copied();
             let m = p.out.get_mut(&seq).expect("sending messages are in out");
             let sched = &mut p.scheds[m.tier];
             let plan = m.plan.as_mut().expect("sending messages have a plan");
@@ -249,8 +252,9 @@ impl Core {
                 p.sending.remove(&seq);
             }
         }
+        p.views_buf = views;
         for rail in woken {
-            self.wakeups.insert((peer, rail));
+            push_wake(&mut self.wakeups, peer, rail);
         }
     }
 
@@ -404,19 +408,24 @@ impl Core {
         if prefix <= p.acked_prefix {
             return Ok(());
         }
+        if p.waiting.front().is_some_and(|&s| s < prefix) {
+            // Messages start in order: the peer claims one never sent.
+            return Err(ProtocolError::BogusAck { seq: prefix - 1 });
+        }
         let from = p.acked_prefix;
         p.acked_prefix = prefix;
-        let seqs: Vec<u64> = p.out.range(from..prefix).map(|(s, _)| *s).collect();
-        if let Some(&seq) = seqs.iter().find(|s| p.out[s].state == OutState::Waiting) {
-            return Err(ProtocolError::BogusAck { seq });
-        }
-        for seq in seqs {
+        let mut touched = [false; 8];
+        let mut touched_more = false;
+        while let Some(seq) = p.out.range(from..prefix).next().map(|(s, _)| *s) {
             let mut m = p.out.remove(&seq).expect("from range");
             if let OutState::Rts { rail } = m.state {
                 p.settle(rail, m.rts_at, Owed::Cts(seq));
             }
-            p.rts_again.remove(&seq);
             for f in m.frags.values_mut().filter(|f| f.state != FragState::Acked) {
+                match touched.get_mut(f.rail) {
+                    Some(t) => *t = true,
+                    None => touched_more = true,
+                }
                 ack_frag(&mut p.rails, f, now);
             }
             p.sending.remove(&seq);
@@ -424,9 +433,16 @@ impl Core {
                 self.events.push_back(Event::SendDone { req: m.req, result: Ok(()) });
             }
         }
-        p.retx.retain(|(s, _)| *s >= prefix);
+        if !p.retx.is_empty() {
+            p.retx.retain(|(s, _)| *s >= prefix);
+        }
+        if !p.rts_again.is_empty() {
+            p.rts_again = p.rts_again.split_off(&prefix);
+        }
         for rail in 0..p.rails.len() {
-            trim_written_log(p, rail);
+            if touched_more || touched.get(rail).copied().unwrap_or(false) {
+                trim_written_log(p, rail);
+            }
         }
         Ok(())
     }

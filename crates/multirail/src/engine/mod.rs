@@ -59,8 +59,8 @@ pub(crate) struct Registration {
 
 impl Registration {
     /// Brings the registration of slot `i` in line with its connection.
-    pub fn update(&mut self, registry: &Registry, token: Token, shared: &Shared, i: usize, st: &Serviced) {
-        let fd = shared.slots[i].lock_conn().as_ref().and_then(|r| r.poll_fd());
+    pub fn update(&mut self, registry: &Registry, token: Token, st: &Serviced) {
+        let fd = st.fd;
         let interest = if st.want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
         match (self.fd, fd) {
             (Some(old), Some(new)) if old == new && self.write == st.want_write => {}

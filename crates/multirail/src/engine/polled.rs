@@ -29,11 +29,19 @@ struct PollState {
     /// recompute. Cached so a busy-polling thread does not walk every rail's
     /// timers on every spin.
     next_timer: Option<Instant>,
+    /// When timers were last run, and whether work was done since.
+    timers_at: Option<Instant>,
+    worked: bool,
+    /// Slots epoll reported (kept to avoid an allocation per round).
+    ready: Vec<usize>,
 }
 
 /// Timers are re-checked at least this often even when nothing happens
 /// (an application call may have armed one, e.g. a delayed ACK).
 const TIMER_RECHECK: Duration = Duration::from_millis(1);
+/// After work, timers are re-checked at most this often (the shortest
+/// protocol timer is the 1 ms acknowledgement delay).
+const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
 
 struct Loop {
     state: Mutex<PollState>,
@@ -68,6 +76,9 @@ impl Polled {
                 regs: vec![Registration::default(); n],
                 more: vec![false; n],
                 next_timer: None,
+                timers_at: None,
+                worked: false,
+                ready: Vec::new(),
             }),
             waker,
             waiters: AtomicUsize::new(0),
@@ -150,19 +161,24 @@ fn background(lp: &Loop, shared: &Shared) {
 fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     let n = shared.slots.len();
     let mut busy = false;
-    let mut worked = false;
     for i in 0..n {
         if st.more[i] || shared.slots[i].wake_pending.load(Ordering::Acquire) {
             service(shared, st, i);
             busy |= st.more[i];
-            worked = true;
+            st.worked = true;
         }
     }
     let now = Instant::now();
-    if worked || st.next_timer.is_none_or(|t| now >= t) {
+    // Timers run when due; after work (which may have armed an earlier
+    // one) at most every TIMER_AFTER_WORK, so a busy loop does not walk
+    // every timer for every message.
+    let after_work = st.worked && st.timers_at.is_none_or(|t| now.duration_since(t) >= TIMER_AFTER_WORK);
+    if after_work || st.next_timer.is_none_or(|t| now >= t) {
         let timers = shared.run_timers();
         let rails = shared.slots.iter().map(|s| s.lock_conn().as_ref().and_then(|r| r.deadline()));
         st.next_timer = Some(now + sleep_for(rails.chain([timers])).min(TIMER_RECHECK));
+        st.timers_at = Some(now);
+        st.worked = false;
     }
     // Output queued meanwhile (this thread does not wake itself): no sleep.
     let pending = (0..n).any(|i| shared.slots[i].wake_pending.load(Ordering::Acquire));
@@ -171,35 +187,30 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     } else {
         st.next_timer.map_or(cap, |t| t.saturating_duration_since(now)).min(cap)
     };
-    let PollState { poll, events, .. } = st;
-    let t0 = Instant::now();
+    let PollState { poll, events, ready, .. } = st;
     if let Err(e) = poll.poll(events, Some(timeout)) {
         if e.kind() != std::io::ErrorKind::Interrupted {
             tracing::error!("epoll failed: {e}");
         }
         return;
     }
-    let ready: Vec<usize> = st.events.iter().map(|e| e.token().0).filter(|&t| t < n).collect();
-    if st.events.is_empty() && timeout >= Duration::from_millis(5) {
-        tracing::debug!("poll slept {:?} (timeout {:?}) with nothing ready", t0.elapsed(), timeout);
-    }
-    for i in ready {
+    ready.clear();
+    ready.extend(events.iter().map(|e| e.token().0).filter(|&t| t < n));
+    for k in 0..st.ready.len() {
+        let i = st.ready[k];
         service(shared, st, i);
-        worked = true;
+        st.worked = true;
     }
     for i in 0..n {
         if shared.slots[i].wake_pending.load(Ordering::Acquire) {
             service(shared, st, i);
-            worked = true;
+            st.worked = true;
         }
-    }
-    if worked {
-        st.next_timer = None;
     }
 }
 
 fn service(shared: &Shared, st: &mut PollState, i: usize) {
     let s = shared.service(i);
     st.more[i] = s.more;
-    st.regs[i].update(st.poll.registry(), Token(i), shared, i, &s);
+    st.regs[i].update(st.poll.registry(), Token(i), &s);
 }

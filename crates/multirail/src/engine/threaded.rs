@@ -60,7 +60,7 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: Arc<MioWake
         for (j, &i) in mine.iter().enumerate() {
             if more[j] || ready.contains(&j) || shared.slots[i].wake_pending.load(Ordering::Acquire) {
                 let st = shared.service(i);
-                regs[j].update(poll.registry(), Token(j), shared, i, &st);
+                regs[j].update(poll.registry(), Token(j), &st);
                 more[j] = st.more;
                 busy |= st.more;
                 deadline = match (deadline, st.deadline) {
