@@ -27,6 +27,11 @@ pub const DEFAULT_RATE: f64 = 1.0e9;
 /// adaptive scheduler sends it a probe chunk.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// `spread`: a pair's preferred rail keeps whole messages while it has
+/// less than this in flight; beyond, messages go to the rail predicted to
+/// deliver them first.
+pub const SPREAD_BACKLOG: u64 = 32 << 10;
+
 /// The scheduler's view of one rail to one peer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RailView {
@@ -104,11 +109,13 @@ pub struct Plan {
     pub parts: Vec<Part>,
     /// An empty message is one empty chunk; set once it is handed out.
     pub empty_done: bool,
+    /// `spread`: the message, whose rail is picked at its first chunk.
+    pub spread: Option<MessageInfo>,
 }
 
 impl Plan {
     fn sequential(len: u64, chunk: u64, rail: Option<usize>) -> Plan {
-        Plan { len, chunk: chunk.max(1), next: 0, rail, parts: Vec::new(), empty_done: false }
+        Plan { len, chunk: chunk.max(1), next: 0, rail, parts: Vec::new(), empty_done: false, spread: None }
     }
     /// Bytes not yet assigned to any rail.
     pub fn remaining(&self) -> u64 {
@@ -165,6 +172,7 @@ impl SchedulerFactory for BuiltinSchedulers {
             PolicyKind::Stripe => Box::new(Partitioned { weighted: false }),
             PolicyKind::Weighted => Box::new(Partitioned { weighted: true }),
             PolicyKind::Adaptive => Box::new(Adaptive),
+            PolicyKind::Spread => Box::new(Spread),
         }
     }
 }
@@ -241,6 +249,55 @@ impl Scheduler for RoundRobin {
         Plan::sequential(msg.len, chunk, rail)
     }
     fn next(&mut self, plan: &mut Plan, rails: &[RailView], _now: Time) -> Option<Chunk> {
+        next_pinned(plan, rails)
+    }
+}
+
+/// Whole messages on the pair's preferred rail (as `single`) while it is
+/// nearly idle, so a lone small message keeps one rail's latency; once
+/// [`SPREAD_BACKLOG`] bytes queue on it, each message goes whole to the
+/// rail predicted to deliver it first, so a stream of small messages uses
+/// every rail (MVAPICH2's round-robin gets the bandwidth but loses the
+/// latency; `single` the other way round).
+struct Spread;
+
+impl Spread {
+    /// The rail for a message of `len` bytes given the rails' state now.
+    fn pick(&self, msg: &MessageInfo, rails: &[RailView]) -> Option<usize> {
+        let preferred = nth_up(rails, msg.rank as usize + msg.peer as usize);
+        match preferred {
+            Some(p) if rails[p].inflight < SPREAD_BACKLOG => Some(p),
+            _ => rails
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.has_room())
+                .min_by(|a, b| {
+                    let (fa, fb) = (a.1.predicted_finish(msg.len), b.1.predicted_finish(msg.len));
+                    // Ties go to the preferred rail.
+                    fa.total_cmp(&fb).then_with(|| (Some(b.0) == preferred).cmp(&(Some(a.0) == preferred)))
+                })
+                .map(|(i, _)| i),
+        }
+    }
+}
+
+impl Scheduler for Spread {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Spread
+    }
+    /// The rail is chosen when the message's first chunk is handed out,
+    /// not here: a burst of messages starts before any of it is assigned,
+    /// and each must see where the ones before it went.
+    fn start(&mut self, msg: &MessageInfo, _rails: &[RailView], chunk: u64, _now: Time) -> Plan {
+        let mut plan = Plan::sequential(msg.len, chunk, None);
+        plan.spread = Some(*msg);
+        plan
+    }
+    fn next(&mut self, plan: &mut Plan, rails: &[RailView], _now: Time) -> Option<Chunk> {
+        if plan.rail.is_none() {
+            let msg = plan.spread?;
+            plan.rail = Some(self.pick(&msg, rails)?);
+        }
         next_pinned(plan, rails)
     }
 }
@@ -422,11 +479,18 @@ pub enum PolicyKind {
     Stripe,
     Weighted,
     Adaptive,
+    Spread,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 5] =
-        [PolicyKind::Single, PolicyKind::RoundRobin, PolicyKind::Stripe, PolicyKind::Weighted, PolicyKind::Adaptive];
+    pub const ALL: [PolicyKind; 6] = [
+        PolicyKind::Single,
+        PolicyKind::RoundRobin,
+        PolicyKind::Stripe,
+        PolicyKind::Weighted,
+        PolicyKind::Adaptive,
+        PolicyKind::Spread,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Single => "single",
@@ -434,6 +498,7 @@ impl PolicyKind {
             PolicyKind::Stripe => "stripe",
             PolicyKind::Weighted => "weighted",
             PolicyKind::Adaptive => "adaptive",
+            PolicyKind::Spread => "spread",
         }
     }
 }
@@ -455,7 +520,9 @@ impl FromStr for PolicyKind {
                     || (t == "rr" && *k == PolicyKind::RoundRobin)
                     || (t == "roundrobin" && *k == PolicyKind::RoundRobin)
             })
-            .ok_or_else(|| format!("unknown policy '{s}' (choose single, round-robin, stripe, weighted or adaptive)"))
+            .ok_or_else(|| {
+                format!("unknown policy '{s}' (choose single, spread, round-robin, stripe, weighted or adaptive)")
+            })
     }
 }
 
@@ -491,9 +558,10 @@ impl PolicyTable {
 }
 
 impl Default for PolicyTable {
-    /// Small messages keep one rail's latency; larger ones use every rail.
+    /// Small messages keep one rail's latency, and streams of them spread
+    /// over every rail; larger messages are split over every rail.
     fn default() -> Self {
-        "16K:single,*:adaptive".parse().expect("default policy table parses")
+        "16K:spread,*:adaptive".parse().expect("default policy table parses")
     }
 }
 
@@ -683,6 +751,30 @@ mod tests {
     }
 
     #[test]
+    fn spread_keeps_the_preferred_rail_while_idle_and_spreads_a_backlog() {
+        let mut rails = vec![rail(1e9), rail(1e9)];
+        let mut s = BuiltinSchedulers.build(PolicyKind::Spread);
+        let msg = MessageInfo { len: 4096, rank: 0, peer: 1 };
+        // Idle: the preferred rail ((0 + 1) % 2 = 1), every time.
+        for _ in 0..3 {
+            let mut p = s.start(&msg, &rails, 64 << 10, Time::ZERO);
+            assert_eq!(s.next(&mut p, &rails, Time::ZERO).map(|c| c.rail), Some(1));
+        }
+        // A stream: whole messages land on both rails, evenly, even when
+        // the whole burst starts before any chunk is handed out.
+        let mut on = [0u64; 2];
+        let mut plans: Vec<Plan> = (0..64).map(|_| s.start(&msg, &rails, 64 << 10, Time::ZERO)).collect();
+        for p in plans.iter_mut() {
+            let c = s.next(p, &rails, Time::ZERO).unwrap();
+            assert_eq!((c.offset, c.len), (0, 4096), "whole messages");
+            rails[c.rail].inflight += c.len;
+            on[c.rail] += c.len;
+        }
+        assert!(on[0] > 100_000 && on[1] > 100_000, "both rails used: {on:?}");
+        assert!(on[0].abs_diff(on[1]) <= SPREAD_BACKLOG + 4096, "evenly: {on:?}");
+    }
+
+    #[test]
     fn plans_survive_a_rail_going_down() {
         for kind in PolicyKind::ALL {
             let mut rails = vec![rail(1e9), rail(1e9)];
@@ -710,6 +802,7 @@ mod tests {
     fn policy_table_parse() {
         let t: PolicyTable = "16K:single,*:adaptive".parse().unwrap();
         assert_eq!(t.lookup(0), PolicyKind::Single);
+        assert_eq!(PolicyTable::default().to_string(), "16K:spread,*:adaptive");
         assert_eq!(t.lookup(16384), PolicyKind::Single);
         assert_eq!(t.lookup(16385), PolicyKind::Adaptive);
         assert_eq!(t.to_string(), "16K:single,*:adaptive");

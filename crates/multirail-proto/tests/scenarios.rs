@@ -209,6 +209,27 @@ fn small_messages_keep_single_rail_latency() {
 }
 
 #[test]
+fn spread_keeps_one_rail_for_a_lone_message_and_every_rail_for_a_stream() {
+    let links = [LinkSpec::gbit(2.0, 50), LinkSpec::gbit(2.0, 50)];
+    // A lone small message: exactly the latency of one rail.
+    let mut one = Sim::new(2, &links[..1], cfg("*:single"));
+    let mut two = Sim::new(2, &links, Config::default());
+    assert_eq!(transfer_time(&mut one, 8, 1), transfer_time(&mut two, 8, 1));
+    assert_eq!(bytes_per_rail(&two).iter().filter(|&&b| b > 0).count(), 1, "one rail for one message");
+    // A stream of whole 4 KiB messages: both rails, in order, faster than one.
+    let sizes = vec![4096; 512];
+    let t0 = two.now;
+    send_and_verify(&mut two, &sizes, true);
+    let t_two = two.now - t0;
+    let b = bytes_per_rail(&two);
+    assert!(b[0] > 512 << 10 && b[1] > 512 << 10, "both rails carried the stream: {b:?}");
+    let t0 = one.now;
+    send_and_verify(&mut one, &sizes, true);
+    let t_one = one.now - t0;
+    assert!(t_two.as_secs_f64() < 0.7 * t_one.as_secs_f64(), "two rails {t_two:?} vs one {t_one:?}");
+}
+
+#[test]
 fn rendezvous_waits_for_the_receive() {
     let mut sim = Sim::new(2, &rails4()[..2], cfg("*:stripe"));
     let s = sim.isend(0, 1, 5, pattern(5, 1 << 20));

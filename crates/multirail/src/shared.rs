@@ -350,6 +350,20 @@ impl Shared {
         Serviced { want_write: rail.queued_bytes() > 0, more, deadline: rail.deadline(), fd: rail.poll_fd() }
     }
 
+    /// [`Shared::service`] if the connection is free right now (another
+    /// thread servicing it will have seen what there is).
+    pub fn service_if_free(&self, i: usize) -> bool {
+        let s = &self.slots[i];
+        let Ok(mut conn) = s.conn.try_lock() else { return false };
+        let Some(rail) = conn.as_mut() else { return true };
+        let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail };
+        if let Err(e) = rail.poll_recv(&mut sink) {
+            self.fail(i, &mut conn, e);
+        }
+        // Output the frames produced has woken the rail's own IO thread.
+        true
+    }
+
     /// Sends what the core has for this rail, if the connection is free
     /// (the application's fast path). Returns false if it was busy.
     pub fn try_send_now(&self, i: usize) -> bool {

@@ -106,13 +106,21 @@ impl Core {
         (self.cfg.rank as usize + peer as usize) % n
     }
 
-    /// Wants the rails a message of `len` bytes will use.
+    /// Wants the rails a message of `len` bytes will use: one for a small
+    /// message under `single`, or under `spread` while its rail has no
+    /// backlog; all of them otherwise.
     pub(crate) fn want_for_message(&mut self, peer: PeerId, len: u64) {
-        use crate::sched::PolicyKind;
+        use crate::sched::{PolicyKind, SPREAD_BACKLOG};
         let kind = self.cfg.policy.lookup(len);
-        let one = matches!(kind, PolicyKind::Single) && len <= self.cfg.eager_limit;
-        let rail = one.then(|| self.preferred_rail(peer));
-        self.want_rails(peer, rail);
+        let preferred = self.preferred_rail(peer);
+        let backlog = self.peers.get(&peer).and_then(|p| p.rails.get(preferred)).map_or(0, |r| r.inflight);
+        let one = len <= self.cfg.eager_limit
+            && match kind {
+                PolicyKind::Single => true,
+                PolicyKind::Spread => backlog < SPREAD_BACKLOG,
+                _ => false,
+            };
+        self.want_rails(peer, one.then_some(preferred));
     }
 
     /// The next connection to open now, if any; it counts as in progress

@@ -103,7 +103,7 @@ pub(crate) enum Engine {
 impl Engine {
     pub fn start(shared: &Arc<Shared>, progress: crate::Progress, spin: Duration) -> std::io::Result<Engine> {
         Ok(match progress {
-            crate::Progress::Threaded => Engine::Threaded(threaded::Threaded::start(shared.clone())?),
+            crate::Progress::Threaded => Engine::Threaded(threaded::Threaded::start(shared.clone(), spin)?),
             crate::Progress::Polled => Engine::Polled(polled::Polled::start(shared.clone(), spin)?),
         })
     }
@@ -112,7 +112,7 @@ impl Engine {
     /// `deadline`; returns `done`.
     pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
         match self {
-            Engine::Threaded(_) => threaded::wait_until(shared, done, deadline),
+            Engine::Threaded(t) => t.wait_until(shared, done, deadline),
             Engine::Polled(p) => p.wait_until(shared, done, deadline),
         }
     }
