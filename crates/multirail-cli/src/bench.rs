@@ -41,6 +41,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             pmix: false,
             source: "--server",
             multi_node: Some(true),
+            local_size: None,
         };
         if !args.quiet {
             eprintln!("# waiting for the client on port {}; on the other host run:", args.port);
@@ -63,6 +64,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             pmix: false,
             source: "--connect",
             multi_node: Some(true),
+            local_size: None,
         };
         return rank::run(&args, &job);
     }
@@ -173,6 +175,9 @@ fn launch_local(
     let mut children = Vec::new();
     for rank in 0..np {
         let mut env = RankEnv { rank, size: np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
+        // Ranks sharing this host (a testbed host holds one).
+        let local = if placement.is_some() { 1 } else { np };
+        env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
             let rails: Vec<&str> = p.hosts[rank as usize].rails.split(',').collect();

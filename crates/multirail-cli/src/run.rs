@@ -22,6 +22,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     for rank in 0..args.np {
         let mut env =
             RankEnv { rank, size: args.np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
+        let local = if placement.is_some() { 1 } else { args.np };
+        env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
             env.extra.push(("MULTIRAIL_RAILS".into(), p.hosts[rank as usize].rails.clone()));

@@ -60,9 +60,13 @@ impl std::fmt::Display for Progress {
 pub struct Config {
     pub rails: Vec<RailSpec>,
     pub progress: Progress,
-    /// Polled engine: how long a waiting thread busy-polls the rails before
-    /// sleeping in epoll (trades CPU for latency; ZERO never spins).
+    /// How long a waiting thread busy-polls the rails before sleeping in
+    /// epoll (trades CPU for latency; ZERO never spins).
     pub spin: Duration,
+    /// `spin` was not set explicitly: with more ranks on this host than
+    /// CPUs, waiting threads do not spin at all (they would take the CPU
+    /// the other ranks need).
+    pub spin_auto: bool,
     /// Protocol tunables (rank is set from the job).
     pub proto: ProtoConfig,
     pub socket: SocketOptions,
@@ -83,6 +87,7 @@ impl Default for Config {
             rails: RailSpec::parse_list(DEFAULT_RAILS).expect("default rails parse"),
             progress: Progress::Polled,
             spin: Duration::from_micros(DEFAULT_SPIN_US),
+            spin_auto: true,
             proto: ProtoConfig::default(),
             socket: SocketOptions { connect_timeout: Duration::from_millis(500), ..SocketOptions::default() },
             handshake_timeout: Duration::from_secs(10),
@@ -132,6 +137,7 @@ impl Config {
         if let Some(v) = env("MULTIRAIL_SPIN_US") {
             let us: u64 = v.trim().parse().map_err(|_| bad("MULTIRAIL_SPIN_US", &v, "expected microseconds"))?;
             self.spin = Duration::from_micros(us);
+            self.spin_auto = false;
         }
         if let Some(v) = env("MULTIRAIL_POLICY") {
             self.proto.policy = v.parse::<PolicyTable>().map_err(|e| bad("MULTIRAIL_POLICY", &v, e))?;

@@ -185,7 +185,15 @@ impl Endpoint {
     }
 
     /// An endpoint for `job` (from [`JobInfo::from_env`]) with settings `cfg`.
-    pub fn from_job(cfg: Config, job: &JobInfo) -> Result<Endpoint, Error> {
+    pub fn from_job(mut cfg: Config, job: &JobInfo) -> Result<Endpoint, Error> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cfg.spin_auto && job.local_size.is_some_and(|l| l as usize > cpus) && !cfg.spin.is_zero() {
+            tracing::info!(
+                "{} ranks on this host, {cpus} CPUs: waiting threads sleep at once (MULTIRAIL_SPIN_US overrides)",
+                job.local_size.unwrap_or(0)
+            );
+            cfg.spin = Duration::ZERO;
+        }
         let root = match (&job.root, job.size) {
             (_, 1) => None,
             (root, _) if job.pmix => match (multirail_pmix::Pmix::loadable(), root) {
@@ -409,21 +417,39 @@ impl Endpoint {
         Ok(st)
     }
 
-    /// Returns once every rank has called `barrier`.
+    /// Returns once every rank has called `barrier`. A binomial tree rooted
+    /// at rank 0: each rank hears from its children, tells its parent,
+    /// hears back and releases its children, so no rank handles more than
+    /// log2(size) messages each way (and the job opens size - 1 pairs of
+    /// connections for it, as a star would).
     pub fn barrier(&self) -> Result<(), Error> {
-        if self.size == 1 {
+        let (r, n) = (self.rank, self.size);
+        if n == 1 {
             return Ok(());
         }
-        if self.rank == 0 {
-            for _ in 1..self.size {
-                self.irecv(None, Some(BARRIER_TAG), BytesMut::new())?.wait()?;
-            }
-            for p in 1..self.size {
-                self.isend_raw(p, BARRIER_TAG, Bytes::new())?.wait()?;
-            }
-        } else {
-            self.isend_raw(0, BARRIER_TAG, Bytes::new())?.wait()?;
-            self.irecv(Some(0), Some(BARRIER_TAG), BytesMut::new())?.wait()?;
+        // Rank r's parent clears its lowest set bit; its children add each
+        // smaller power of two.
+        let low = if r == 0 { n.next_power_of_two() } else { r & r.wrapping_neg() };
+        let children: Vec<u32> =
+            (0..32).map(|k| 1u32 << k).take_while(|&b| b < low).map(|b| r + b).filter(|&c| c < n).collect();
+        let arrived: Vec<Request> = children
+            .iter()
+            .map(|&c| self.irecv(Some(c), Some(BARRIER_TAG), BytesMut::new()).map(Request::from))
+            .collect::<Result<_, _>>()?;
+        for res in self.wait_all(arrived) {
+            res?;
+        }
+        if r != 0 {
+            let parent = r - low;
+            self.isend_raw(parent, BARRIER_TAG, Bytes::new())?.wait()?;
+            self.irecv(Some(parent), Some(BARRIER_TAG), BytesMut::new())?.wait()?;
+        }
+        let released: Vec<Request> = children
+            .iter()
+            .map(|&c| self.isend_raw(c, BARRIER_TAG, Bytes::new()).map(Request::from))
+            .collect::<Result<_, _>>()?;
+        for res in self.wait_all(released) {
+            res?;
         }
         Ok(())
     }

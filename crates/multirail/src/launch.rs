@@ -23,6 +23,9 @@ pub struct JobInfo {
     pub source: &'static str,
     /// The launcher says the ranks span several hosts (`None`: unknown).
     pub multi_node: Option<bool>,
+    /// Ranks of this job on this host, if the launcher says
+    /// (`MULTIRAIL_LOCAL_SIZE`, `OMPI_COMM_WORLD_LOCAL_SIZE`).
+    pub local_size: Option<u32>,
 }
 
 /// (rank variable, size variable, name) in order of preference.
@@ -52,7 +55,11 @@ impl JobInfo {
             let explicit = env("MULTIRAIL_ROOT");
             let pmix = explicit.is_none() && name != "MULTIRAIL_RANK/SIZE" && multirail_pmix::Pmix::detected();
             let root = explicit.or_else(|| single_node_root(name, size));
-            return Ok(Some(JobInfo { rank, size, root, pmix, source: name, multi_node: multi_node(size) }));
+            let local_size = ["MULTIRAIL_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"]
+                .iter()
+                .find_map(|v| env(v).and_then(|x| x.trim().parse::<u32>().ok()));
+            let multi_node = multi_node(size);
+            return Ok(Some(JobInfo { rank, size, root, pmix, source: name, multi_node, local_size }));
         }
         Ok(None)
     }

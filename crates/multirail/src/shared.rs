@@ -135,6 +135,10 @@ pub struct Shared {
     pub connect_q: ConnectQueue,
     /// Replaced connections waiting to be closed (see [`PARK`]).
     parked: Mutex<Vec<(Instant, Box<dyn Rail>)>>,
+    /// Slots woken (`wake_pending` set) since their loop last looked, by
+    /// rail: a loop visits these instead of every slot of a large job.
+    woken: Vec<Mutex<Vec<usize>>>,
+    woken_any: Vec<AtomicBool>,
 }
 
 /// What servicing a slot found.
@@ -175,6 +179,8 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             connect_q: ConnectQueue::default(),
             parked: Mutex::new(Vec::new()),
+            woken: (0..rails).map(|_| Mutex::new(Vec::new())).collect(),
+            woken_any: (0..rails).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -297,11 +303,35 @@ impl Shared {
 
     pub fn wake_slot(&self, i: usize) {
         let s = &self.slots[i];
-        s.wake_pending.store(true, Ordering::Release);
+        if !s.wake_pending.swap(true, Ordering::AcqRel) {
+            let mut w = self.woken[s.rail].lock().unwrap_or_else(|e| e.into_inner());
+            w.push(i);
+            self.woken_any[s.rail].store(true, Ordering::Release);
+        }
         let w = s.waker.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(w) = w {
             w.wake();
         }
+    }
+
+    /// True if a slot of `rail` was woken since the last `take_woken`.
+    pub fn any_woken(&self, rail: RailId) -> bool {
+        self.woken_any[rail].load(Ordering::Acquire)
+    }
+
+    /// The slots of `rail` woken since the last call, appended to `into`
+    /// (each at most once; some may have been serviced meanwhile).
+    pub fn take_woken(&self, rail: RailId, into: &mut Vec<usize>) {
+        if !self.woken_any[rail].swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let mut w = self.woken[rail].lock().unwrap_or_else(|e| e.into_inner());
+        into.append(&mut w);
+    }
+
+    /// The number of rails (slots are grouped by peer, then rail).
+    pub fn rail_count(&self) -> usize {
+        self.rails
     }
 
     /// Runs due timers; returns when the core next needs them.

@@ -179,6 +179,7 @@ impl Core {
     /// refused and none is up, the peer is unreachable and its operations
     /// fail.
     pub fn connect_failed(&mut self, peer: PeerId, rail: RailId, how: ConnectFailure, why: &str, now: Time) {
+        self.active.insert(peer);
         self.connect_dirty = true;
         let max = self.cfg.connect_retry_max;
         let Some(p) = self.peers.get_mut(&peer) else { return };

@@ -129,6 +129,15 @@ impl Core {
         if p.failed.is_some() {
             return None;
         }
+        // An idle peer (the common case in a large job) has no deadline.
+        let quiet = p.out.is_empty()
+            && p.waiting.is_empty()
+            && p.posted_from == 0
+            && p.credit_blocked_since.is_none()
+            && p.rails.iter().all(|r| r.owing.is_empty() && r.ping.is_none());
+        if quiet {
+            return None;
+        }
         let usable = p.rails.iter().filter(|r| r.usable()).count();
         for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
             if r.suspect_since.is_none() && usable > 1 {

@@ -476,6 +476,10 @@ pub struct Core {
     /// request; else it has nothing before `connect_next`.
     connect_dirty: bool,
     connect_next: Option<Time>,
+    /// Peers that may have a timer: touched since `handle_timeout` last
+    /// found them quiet. Timers cost in proportion to these, not to every
+    /// peer of a large job.
+    active: BTreeSet<PeerId>,
 }
 
 impl Core {
@@ -496,6 +500,7 @@ impl Core {
             closing: false,
             connect_dirty: true,
             connect_next: None,
+            active: BTreeSet::new(),
         }
     }
 
@@ -595,6 +600,10 @@ impl Core {
                     owing[r].insert((m.cts_at, Owed::Data(seq)));
                 }
             }
+            let timers = p.ack_due.is_some() || p.credit_due.is_some() || self.liveness_deadline(p).is_some();
+            if timers && !self.active.contains(&id) {
+                return Err(format!("peer {id} has a timer but is not among the active peers"));
+            }
             for (i, r) in p.rails.iter().enumerate() {
                 if r.owing != owing[i] {
                     return Err(format!("peer {id} rail {i}: owes {:?}, the messages say {:?}", r.owing, owing[i]));
@@ -675,6 +684,7 @@ impl Core {
     /// If the rail was up already, the new connection replaces the old
     /// one: what was unacknowledged or unanswered on the old one goes again.
     pub fn rail_up(&mut self, peer: PeerId, rail: RailId, caps: RailCaps, credits: u64, now: Time) {
+        self.active.insert(peer);
         let Some(p) = self.peers.get_mut(&peer) else { return };
         if p.failed.is_some() || rail >= p.rails.len() {
             return;
@@ -716,6 +726,7 @@ impl Core {
     /// other rails; the rail is reconnected later ([`connect`]). Once the
     /// peer sent CLOSE, its last rail going down ends it quietly.
     pub fn rail_down(&mut self, peer: PeerId, rail: RailId, reason: &str, now: Time) {
+        self.active.insert(peer);
         let Some(p) = self.peers.get_mut(&peer) else { return };
         let Some(r) = p.rails.get_mut(rail) else { return };
         if !r.up {
@@ -748,6 +759,7 @@ impl Core {
     /// Starts sending `data` to `peer` with `tag`. The request completes
     /// when every byte has been handed to a rail.
     pub fn isend(&mut self, peer: PeerId, tag: u64, data: Bytes, now: Time) -> ReqId {
+        self.active.insert(peer);
         let req = self.new_req();
         let Some(p) = self.peers.get_mut(&peer) else {
             let failure = PeerFailure { peer, rails: vec![] };
@@ -793,6 +805,7 @@ impl Core {
             return req;
         }
         if let Some(src) = src {
+            self.active.insert(src);
             if let Some(err) = self.peer_gone_error(src) {
                 self.events.push_back(Event::RecvDone { req, result: Err(err), buf: posted.buf });
                 return req;
@@ -823,6 +836,7 @@ impl Core {
     /// afterwards are not reported as failures.
     pub fn close(&mut self, now: Time) {
         self.closing = true;
+        self.active.extend(self.peers.keys().copied());
         let ids: Vec<PeerId> = self.peers.keys().copied().collect();
         for id in ids {
             // Acknowledge everything first: the peer may be waiting for it
@@ -896,7 +910,7 @@ impl Core {
     pub fn poll_timeout(&self) -> Option<Time> {
         let mut t: Option<Time> = None;
         let mut at = |x: Time| t = Some(t.map_or(x, |y| y.min(x)));
-        for p in self.peers.values() {
+        for p in self.active.iter().filter_map(|id| self.peers.get(id)) {
             if let Some(d) = p.ack_due {
                 at(d);
             }
@@ -907,7 +921,11 @@ impl Core {
                 at(d);
             }
         }
-        if let Some(d) = self.connect_deadline() {
+        // Connection attempts: due now if something changed (the driver
+        // asks poll_connect, which caches the next deadline), else cached.
+        if self.connect_dirty && !self.closing {
+            at(Time::ZERO);
+        } else if let Some(d) = self.connect_next {
             at(d);
         }
         t
@@ -916,7 +934,7 @@ impl Core {
     /// Runs timers: delayed acknowledgements, retransmission timeouts,
     /// probes, the peer timeout.
     pub fn handle_timeout(&mut self, now: Time) {
-        let ids: Vec<PeerId> = self.peers.keys().copied().collect();
+        let ids: Vec<PeerId> = self.active.iter().copied().collect();
         for id in ids {
             let p = &self.peers[&id];
             if p.ack_due.is_some_and(|d| d <= now) {
@@ -926,11 +944,16 @@ impl Core {
                 self.flush_acks(id, now, true);
             }
             self.run_liveness(id, now);
+            let p = &self.peers[&id];
+            if p.ack_due.is_none() && p.credit_due.is_none() && self.liveness_deadline(p).is_none() {
+                self.active.remove(&id);
+            }
         }
     }
 
     /// Bytes of a long payload arrived on a rail: the peer is there.
     pub fn rail_activity(&mut self, peer: PeerId, rail: RailId, now: Time) {
+        self.active.insert(peer);
         if let Some(p) = self.peers.get_mut(&peer) {
             p.last_rx = now;
             if let Some(r) = p.rails.get_mut(rail) {

@@ -202,6 +202,7 @@ impl Core {
         now: Time,
         data: Option<&[u8]>,
     ) -> Result<Dest, ProtocolError> {
+        self.active.insert(peer);
         let discard = Ok(Dest::Payload(PayloadDest::Discard));
         let Some(p) = self.peers.get_mut(&peer) else { return discard };
         if p.failed.is_some() {
@@ -482,6 +483,7 @@ impl Core {
     /// Gives back a message's credits (its bytes left our memory). The
     /// counters are cumulative; they travel in the next ACK or PONG.
     fn return_credit(&mut self, peer: PeerId, credit: u64, now: Time) {
+        self.active.insert(peer);
         let quarter = (self.cfg.unexpected_limit / 4).max(1);
         let p = self.peers.get_mut(&peer).expect("caller checked");
         if credit == 0 && p.rts_returned == p.rts_reported {
@@ -498,6 +500,7 @@ impl Core {
 
     /// Matches message `seq` from `peer` with a posted receive.
     pub(crate) fn attach(&mut self, peer: PeerId, seq: u64, posted: Posted, now: Time) {
+        self.active.insert(peer);
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let m = p.inc.get_mut(&seq).expect("caller checked");
         let Posted { req, buf, .. } = posted;

@@ -135,6 +135,7 @@ impl Core {
     /// Starts waiting messages, re-sends orphaned fragments and RTSs and
     /// assigns new chunks to rails with room, for one peer.
     pub(crate) fn schedule(&mut self, peer: PeerId, now: Time) {
+        self.active.insert(peer);
         let (eager_limit, window, chunk, rank) =
             (self.cfg.eager_limit, self.cfg.window_cfg(), self.cfg.chunk, self.cfg.rank);
         let Some(p) = self.peers.get_mut(&peer) else { return };
@@ -260,6 +261,7 @@ impl Core {
 
     /// Frames handed out on `rail` were written, the first `n` in order.
     pub fn on_sent(&mut self, peer: PeerId, rail: RailId, n: usize, now: Time) {
+        self.active.insert(peer);
         let Some(p) = self.peers.get_mut(&peer) else { return };
         let Some(r) = p.rails.get_mut(rail) else { return };
         let mut done = Vec::new();

@@ -16,6 +16,13 @@ use crate::shared::{Inner, Serviced, Shared, Wake};
 /// Longest a driver sleeps with nothing to do (bounds timer slack).
 pub const MAX_SLEEP: Duration = Duration::from_millis(100);
 
+/// Timers are re-checked at least this often even when nothing happens
+/// (an application call may have armed one, e.g. a delayed ACK).
+pub(crate) const TIMER_RECHECK: Duration = Duration::from_millis(1);
+/// After work, timers are re-checked at most this often (the shortest
+/// protocol timer is the 1 ms acknowledgement delay).
+pub(crate) const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
+
 pub(crate) struct MioWaker(pub mio::Waker);
 
 thread_local! {

@@ -18,6 +18,9 @@ const WAKE: Token = Token(usize::MAX);
 /// After an application wait ends, the background thread keeps off the
 /// loop this long (the application usually waits again soon).
 const HANDOFF: Duration = Duration::from_millis(2);
+/// How often the background thread looks whether an application thread
+/// still runs the loop.
+const IDLE_LOOK: Duration = Duration::from_millis(4);
 
 struct PollState {
     poll: Poll,
@@ -34,14 +37,16 @@ struct PollState {
     worked: bool,
     /// Slots epoll reported (kept to avoid an allocation per round).
     ready: Vec<usize>,
+    /// Slots to look at first in the next round (scratch).
+    todo: Vec<usize>,
+    /// Slots whose read budget ran out (`more`), to service again.
+    more_list: Vec<usize>,
+    /// Slots that asked to be serviced again at a time (delayed or
+    /// rate-limited frames of the fault-injecting rail): (when, slot).
+    due: Vec<(Instant, usize)>,
 }
 
-/// Timers are re-checked at least this often even when nothing happens
-/// (an application call may have armed one, e.g. a delayed ACK).
-const TIMER_RECHECK: Duration = Duration::from_millis(1);
-/// After work, timers are re-checked at most this often (the shortest
-/// protocol timer is the 1 ms acknowledgement delay).
-const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
+use super::{TIMER_AFTER_WORK, TIMER_RECHECK};
 
 struct Loop {
     state: Mutex<PollState>,
@@ -64,9 +69,9 @@ impl Polled {
     pub fn start(shared: Arc<Shared>, spin: Duration) -> std::io::Result<Polled> {
         let poll = Poll::new()?;
         let waker = Arc::new(MioWaker(mio::Waker::new(poll.registry(), WAKE)?));
-        for s in &shared.slots {
+        for (i, s) in shared.slots.iter().enumerate() {
             *s.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(waker.clone());
-            s.wake_pending.store(true, Ordering::Release);
+            shared.wake_slot(i);
         }
         let n = shared.slots.len();
         let lp = Arc::new(Loop {
@@ -79,6 +84,9 @@ impl Polled {
                 timers_at: None,
                 worked: false,
                 ready: Vec::new(),
+                todo: Vec::new(),
+                more_list: Vec::new(),
+                due: Vec::new(),
             }),
             waker,
             waiters: AtomicUsize::new(0),
@@ -139,8 +147,15 @@ impl Polled {
 fn background(lp: &Loop, shared: &Shared) {
     while !shared.shutdown.load(Ordering::Acquire) {
         let since = lp.origin.elapsed().saturating_sub(Duration::from_nanos(lp.last_wait.load(Ordering::Acquire)));
-        if lp.waiters.load(Ordering::Acquire) > 0 || since < HANDOFF {
-            std::thread::sleep(Duration::from_millis(1));
+        if lp.waiters.load(Ordering::Acquire) > 0 {
+            // An application thread runs the loop. Look again now and
+            // then (each look is a wake-up; with many ranks per core they
+            // add up).
+            std::thread::sleep(IDLE_LOOK);
+            continue;
+        }
+        if since < HANDOFF {
+            std::thread::sleep(HANDOFF - since);
             continue;
         }
         let Ok(mut st) = lp.state.lock() else { return };
@@ -161,7 +176,14 @@ fn background(lp: &Loop, shared: &Shared) {
 fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     let n = shared.slots.len();
     let mut busy = false;
-    for i in 0..n {
+    // Slots with more to read, then slots woken for output.
+    let mut todo = std::mem::take(&mut st.todo);
+    todo.clear();
+    todo.append(&mut st.more_list);
+    for r in 0..shared.rail_count() {
+        shared.take_woken(r, &mut todo);
+    }
+    for &i in &todo {
         if st.more[i] || shared.slots[i].wake_pending.load(Ordering::Acquire) {
             service(shared, st, i);
             busy |= st.more[i];
@@ -175,18 +197,32 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     let after_work = st.worked && st.timers_at.is_none_or(|t| now.duration_since(t) >= TIMER_AFTER_WORK);
     if after_work || st.next_timer.is_none_or(|t| now >= t) {
         let timers = shared.run_timers();
-        let rails = shared.slots.iter().map(|s| s.lock_conn().as_ref().and_then(|r| r.deadline()));
-        st.next_timer = Some(now + sleep_for(rails.chain([timers])).min(TIMER_RECHECK));
+        st.next_timer = Some(now + sleep_for([timers]).min(TIMER_RECHECK));
         st.timers_at = Some(now);
         st.worked = false;
     }
+    // Rails that asked to be looked at again by now (held frames of the
+    // fault-injecting rail).
+    if st.due.iter().any(|&(d, _)| d <= now) {
+        let due: Vec<usize> = st.due.iter().filter(|&&(d, _)| d <= now).map(|&(_, i)| i).collect();
+        st.due.retain(|&(d, _)| d > now);
+        for i in due {
+            service(shared, st, i);
+        }
+    }
+    let next_due = st.due.iter().map(|&(d, _)| d).min();
     // Output queued meanwhile (this thread does not wake itself): no sleep.
-    let pending = (0..n).any(|i| shared.slots[i].wake_pending.load(Ordering::Acquire));
+    let pending = (0..shared.rail_count()).any(|r| shared.any_woken(r));
     let timeout = if busy || pending {
         Duration::ZERO
     } else {
-        st.next_timer.map_or(cap, |t| t.saturating_duration_since(now)).min(cap)
+        [st.next_timer, next_due]
+            .into_iter()
+            .flatten()
+            .map(|t| t.saturating_duration_since(now))
+            .fold(cap, Duration::min)
     };
+    st.todo = todo;
     let PollState { poll, events, ready, .. } = st;
     if let Err(e) = poll.poll(events, Some(timeout)) {
         if e.kind() != std::io::ErrorKind::Interrupted {
@@ -196,21 +232,25 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     }
     ready.clear();
     ready.extend(events.iter().map(|e| e.token().0).filter(|&t| t < n));
+    for r in 0..shared.rail_count() {
+        shared.take_woken(r, ready);
+    }
     for k in 0..st.ready.len() {
         let i = st.ready[k];
         service(shared, st, i);
         st.worked = true;
     }
-    for i in 0..n {
-        if shared.slots[i].wake_pending.load(Ordering::Acquire) {
-            service(shared, st, i);
-            st.worked = true;
-        }
-    }
 }
 
 fn service(shared: &Shared, st: &mut PollState, i: usize) {
     let s = shared.service(i);
+    if s.more && !st.more[i] {
+        st.more_list.push(i);
+    }
     st.more[i] = s.more;
+    st.due.retain(|&(_, j)| j != i);
+    if let Some(d) = s.deadline {
+        st.due.push((d, i));
+    }
     st.regs[i].update(st.poll.registry(), Token(i), &s);
 }

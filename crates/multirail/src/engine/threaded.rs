@@ -90,41 +90,67 @@ impl Threaded {
 
 fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: Arc<MioWaker>, app: &mio::Registry) {
     let _running = super::Running::enter(&waker);
+    let Some(&first) = mine.first() else { return };
+    let rail = shared.slots[first].rail;
+    let rails = shared.rail_count();
     let mut events = Events::with_capacity(64);
     let mut regs = vec![Registration::default(); mine.len()];
     // The same connections in the waiting threads' set (reading only).
     let mut app_regs = vec![Registration::default(); mine.len()];
     let mut more = vec![false; mine.len()];
-    let mut ready = Vec::new();
+    // Slots (by position in `mine`) to look at: ready, woken, with more
+    // to read, or due (held frames of the fault-injecting rail).
+    let mut todo: Vec<usize> = Vec::new();
+    let mut woken: Vec<usize> = Vec::new();
+    let mut due: Vec<(Instant, usize)> = Vec::new();
+    let mut next_timer: Option<Instant> = None;
+    let mut timers_at: Option<Instant> = None;
+    let mut worked = false;
     while !shared.shutdown.load(Ordering::Acquire) {
-        let next_timer = shared.run_timers();
+        // Timers when due; after work at most every TIMER_AFTER_WORK (as
+        // the polled engine does), not on every turn of the loop.
+        let now = Instant::now();
+        let after_work = worked && timers_at.is_none_or(|t| now.duration_since(t) >= super::TIMER_AFTER_WORK);
+        if after_work || next_timer.is_none_or(|t| now >= t) {
+            next_timer = shared.run_timers().map(|t| t.min(now + super::TIMER_RECHECK));
+            timers_at = Some(now);
+            worked = false;
+        }
+        shared.take_woken(rail, &mut woken);
+        // Slot i of this rail is at position i / rails of `mine`.
+        todo.extend(woken.drain(..).map(|i| i / rails));
+        todo.extend((0..mine.len()).filter(|&j| more[j]));
+        todo.extend(due.iter().filter(|&&(d, _)| d <= now).map(|&(_, j)| j));
+        due.retain(|&(d, _)| d > now);
+        todo.sort_unstable();
+        todo.dedup();
         let mut busy = false;
-        let mut deadline: Option<Instant> = None;
-        for (j, &i) in mine.iter().enumerate() {
-            if more[j] || ready.contains(&j) || shared.slots[i].wake_pending.load(Ordering::Acquire) {
-                let st = shared.service(i);
-                regs[j].update(poll.registry(), Token(j), &st);
-                app_regs[j].update(app, Token(i), &Serviced { want_write: false, ..st });
-                more[j] = st.more;
-                busy |= st.more;
-                deadline = match (deadline, st.deadline) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+        for &j in &todo {
+            let i = mine[j];
+            let st = shared.service(i);
+            worked = true;
+            regs[j].update(poll.registry(), Token(j), &st);
+            app_regs[j].update(app, Token(i), &Serviced { want_write: false, ..st });
+            more[j] = st.more;
+            busy |= st.more;
+            due.retain(|&(_, x)| x != j);
+            if let Some(d) = st.deadline {
+                due.push((d, j));
             }
         }
-        ready.clear();
-        if busy || mine.iter().any(|&i| shared.slots[i].wake_pending.load(Ordering::Acquire)) {
+        todo.clear();
+        if busy || shared.any_woken(rail) {
             continue;
         }
-        let timeout = sleep_for([next_timer, deadline]);
+        let next_due = due.iter().map(|&(d, _)| d).min();
+        let timeout = sleep_for([next_timer, next_due]);
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 tracing::error!("epoll failed: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        ready.extend(events.iter().map(|e| e.token().0).filter(|&j| j < mine.len()));
+        todo.extend(events.iter().map(|e| e.token().0).filter(|&j| j < mine.len()));
     }
 }
 
