@@ -79,19 +79,42 @@ pub fn rank_command(program: &str, args: &[String], cpu: Option<usize>, netns: O
 }
 
 /// Waits for every child; the first failure wins.
-pub fn wait_all(children: Vec<(u32, Child)>) -> anyhow::Result<i32> {
+pub fn wait_all(mut children: Vec<(u32, Child)>) -> anyhow::Result<i32> {
     let mut code = 0;
-    for (rank, mut c) in children {
-        let st = c.wait().with_context(|| format!("waiting for rank {rank}"))?;
-        if !st.success() && code == 0 {
-            code = st.code().unwrap_or(1);
-            eprintln!("multirail: rank {rank} exited with {st}");
+    let mut failed_at: Option<std::time::Instant> = None;
+    while !children.is_empty() {
+        let mut i = 0;
+        while i < children.len() {
+            let (rank, c) = &mut children[i];
+            match c.try_wait().with_context(|| format!("waiting for rank {rank}"))? {
+                Some(st) => {
+                    if !st.success() && code == 0 {
+                        code = st.code().unwrap_or(1);
+                        eprintln!("multirail: rank {rank} exited with {st}");
+                        failed_at = Some(std::time::Instant::now());
+                    }
+                    children.swap_remove(i);
+                }
+                None => i += 1,
+            }
         }
+        // A failed rank usually means the job cannot finish: the others
+        // get a grace period to report their own errors, then are ended
+        // (a stopped or hung rank would keep the launcher waiting forever).
+        if failed_at.is_some_and(|t| t.elapsed() >= ABORT_GRACE) && !children.is_empty() {
+            let ranks: Vec<u32> = children.iter().map(|(r, _)| *r).collect();
+            eprintln!("multirail: ending ranks {ranks:?}, still running {ABORT_GRACE:?} after a rank failed");
+            kill_all(&mut children);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     Ok(code)
 }
 
-/// Kills every child (on error or interrupt).
+/// How long the other ranks may run on after one failed.
+pub const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub fn kill_all(children: &mut [(u32, Child)]) {
     for (_, c) in children.iter_mut() {
         let _ = c.kill();
