@@ -68,13 +68,15 @@ echo "# soak: $minutes min on testbed $prefix ($rate), outages ${min_down}..${ma
 while [ "$(date +%s)" -lt "$end" ]; do
     size=${sizes[$((runs % ${#sizes[@]}))]}
     t0=$(date +%s.%N)
-    # Sample the ranks' resident memory while the run lasts.
+    # Sample the ranks' resident memory while the run lasts (written with a
+    # rename, so that killing the sampler never leaves a truncated file).
+    rm -f "$log/rss"
     ( peak=0; while sleep 0.2; do
         for p in $(pgrep -x multirail); do
             v=$(awk '/VmRSS/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)
             [ "${v:-0}" -gt "$peak" ] && peak=$v
         done
-        echo "$peak" >"$log/rss"
+        echo "$peak" >"$log/rss.new" && mv "$log/rss.new" "$log/rss"
     done ) &
     sampler=$!
     rc=0

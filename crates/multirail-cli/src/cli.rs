@@ -67,7 +67,8 @@ How ranks start:
   (default)          --local: the peer processes are started on this machine
   --server [--port]  this process is rank 0 and waits for the client
   --connect H:P      this process is rank 1 and joins the server at H:P
-  under mpirun/srun  rank and size from the launcher, meeting at MULTIRAIL_ROOT
+  under mpirun/srun  rank and size from the launcher; ranks meet through PMIx
+                     (Open MPI's mpirun) or at MULTIRAIL_ROOT=host:port[,host:port]
   --testbed          rank i runs in host i of the emulated cluster
 
 Examples:
@@ -122,7 +123,8 @@ pub struct BenchArgs {
     /// Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2 or tcp:eth0,tcp:eth1 [env: MULTIRAIL_RAILS]
     #[arg(long, help_heading = "multirail", conflicts_with = "testbed")]
     pub rails: Option<String>,
-    /// Scheduling policy table, e.g. 16K:single,*:adaptive [env: MULTIRAIL_POLICY]
+    /// Scheduling policy table by message size (default 16K:spread,*:adaptive);
+    /// policies: single, spread, round-robin, stripe, weighted, adaptive [env: MULTIRAIL_POLICY]
     #[arg(long, help_heading = "multirail")]
     pub policy: Option<String>,
     /// Progress engine: polled or threaded [env: MULTIRAIL_PROGRESS]

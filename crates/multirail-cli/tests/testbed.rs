@@ -3,7 +3,9 @@
 //! both progress engines, and rails that fail silently (`ip link set
 //! down`, which tells TCP nothing) in every way issue 8 lists: for good on
 //! either side, for seconds, before the job starts, two of three one after
-//! the other, and random losses of random length. Every byte is validated,
+//! the other, every rail at once for less than the peer timeout (the job
+//! pauses) and for good (the job ends, naming the silent rank), and random
+//! losses of random length. Every byte is validated,
 //! and every run is bounded in time: a hang fails with a clear message.
 
 use std::io::Read;
@@ -252,6 +254,50 @@ fn two_of_three_rails_lost_one_after_the_other() {
     assert_eq!(rails.len(), 3, "{err}");
     assert!(rails[1].0 > rails[0].0 && rails[1].0 > rails[2].0, "rail 1 carried the rest: {err}");
     assert!(rails[0].2 >= 1 && rails[2].2 >= 1, "both were routed around: {err}");
+}
+
+#[test]
+fn every_rail_silent_shorter_than_the_peer_timeout_only_pauses() {
+    let Some(tb) = Testbed::up("a", "1gbit") else { return };
+    // Both links of host1 go dark for 2 s (a switch reboot): nothing can
+    // move, but the job must neither fail nor lose anything.
+    let err = bw_with(
+        &tb,
+        &["--fail-rail", "0@300ms:for=2s:side=host1", "--fail-rail", "1@300ms:for=2s:side=host1", "--iterations", "80"],
+        "every rail silent for 2 s",
+    );
+    assert_eq!(err.matches("back up at").count(), 2, "both rails came back: {err}");
+    let rails = rail_lines(&err);
+    assert_eq!(rails.len(), 2, "{err}");
+    assert!(rails.iter().all(|r| r.1 == 0), "silence is not a connection failure: {err}");
+}
+
+#[test]
+fn every_rail_silent_past_the_peer_timeout_fails_with_a_clear_error() {
+    let Some(tb) = Testbed::up("d", "1gbit") else { return };
+    // host1 is cut off for good; with a 2 s peer timeout the job must end
+    // (not hang) and say which rank stopped answering.
+    let mut cmd = multirail(&[
+        "bench",
+        "bw",
+        "--testbed",
+        "--testbed-prefix",
+        &tb.0,
+        "--validate",
+        "--sizes",
+        "1M",
+        "--iterations",
+        "100000",
+        "--fail-rail",
+        "0@300ms:for=forever:side=host1",
+        "--fail-rail",
+        "1@300ms:for=forever:side=host1",
+    ]);
+    cmd.env("MULTIRAIL_PEER_TIMEOUT_MS", "2000");
+    let o = bounded(cmd, Duration::from_secs(90), "host1 cut off past the peer timeout");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the job cannot succeed: {err}");
+    assert!(err.contains("peer timeout") && err.contains("rank"), "the error names the silent rank: {err}");
 }
 
 #[test]

@@ -231,14 +231,24 @@ pub struct PeerFailure {
 
 impl std::fmt::Display for PeerFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "peer {} unreachable: every rail is down (", self.peer)?;
-        for (i, (r, why)) in self.rails.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
+        write!(f, "peer {} unreachable", self.peer)?;
+        // The same reason on every rail (a peer timeout, a process gone)
+        // is said once.
+        let mut reasons = self.rails.iter().map(|(_, why)| why);
+        match reasons.next() {
+            None => Ok(()),
+            Some(first) if reasons.all(|w| w == first) => write!(f, ": {first}"),
+            Some(_) => {
+                f.write_str(": ")?;
+                for (i, (r, why)) in self.rails.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "rail {r}: {why}")?;
+                }
+                Ok(())
             }
-            write!(f, "rail {r}: {why}")?;
         }
-        f.write_str(")")
     }
 }
 
@@ -1029,5 +1039,20 @@ impl Core {
             }
         }
         self.posted = keep;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PeerFailure;
+
+    #[test]
+    fn peer_failure_says_a_shared_reason_once_and_different_ones_per_rail() {
+        let why = "nothing from rank 3 for 30s (peer timeout)".to_string();
+        let same = PeerFailure { peer: 3, rails: vec![(0, why.clone()), (1, why.clone())] };
+        assert_eq!(same.to_string(), format!("peer 3 unreachable: {why}"));
+        let differ = PeerFailure { peer: 1, rails: vec![(0, "connection refused".into()), (1, "reset".into())] };
+        assert_eq!(differ.to_string(), "peer 1 unreachable: rail 0: connection refused; rail 1: reset");
+        assert_eq!(PeerFailure { peer: 2, rails: vec![] }.to_string(), "peer 2 unreachable");
     }
 }

@@ -51,7 +51,7 @@ pub enum Op {
     Data = 4,
     /// Acknowledges received byte ranges and returns eager credits.
     Ack = 5,
-    /// Keeps an idle rail's liveness fresh.
+    /// A liveness probe (flag PING) or its answer (flag PONG).
     Heartbeat = 6,
     /// Orderly shutdown of the sending endpoint.
     Close = 7,

@@ -1,6 +1,6 @@
 //! One epoll loop over all rails. The thread that waits for a request runs
 //! the loop itself (no hand-off between threads on the latency path); a
-//! background thread runs it when nobody waits, so heartbeats, ACKs and
+//! background thread runs it when nobody waits, so probes, ACKs and
 //! rendezvous replies keep flowing while the application computes.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
