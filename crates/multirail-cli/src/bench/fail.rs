@@ -262,9 +262,10 @@ fn outage_rate(samples: &[Sample], down: Option<Duration>, up: Option<Duration>)
     let until = up.unwrap_or(Duration::MAX);
     let inside: Vec<&Sample> = samples.iter().filter(|s| s.0 >= from && s.0 <= until).collect();
     let first = inside.first()?;
-    // Up to the last byte moved: the run's idle end (results, closing) is
-    // not the outage's doing.
-    let last = inside.iter().rev().find(|s| s.1 > first.1).or(inside.last())?;
+    // Up to the sample where the last byte moved: the run's idle end
+    // (results, closing) is not the outage's doing.
+    let end_total = inside.last()?.1;
+    let last = inside.iter().find(|s| s.1 == end_total)?;
     let span = last.0.checked_sub(first.0)?;
     (span >= Duration::from_millis(100)).then(|| (last.1 - first.1) as f64 / span.as_secs_f64())
 }
@@ -399,6 +400,11 @@ mod tests {
         let r = outage_rate(&s, Some(ms(0)), Some(ms(500))).unwrap();
         assert!((r - 1e9).abs() < 1e6, "{r}");
         assert_eq!(outage_rate(&s, Some(ms(0)), Some(ms(250))), None, "too short to tell");
+        // Down for good; bytes stop at 600 and the run idles until 999: the
+        // idle end does not count.
+        let s: Vec<Sample> = (0..1000u64).map(|t| sample(t, t.min(600) * 1_000_000, 7, false)).collect();
+        let r = outage_rate(&s, Some(ms(0)), None).unwrap();
+        assert!((r - 1e9).abs() < 1e6, "{r}");
         // The rail's bytes grow again at 700 while usable from 650.
         let s: Vec<Sample> = (0..1000u64).map(|t| sample(t, t, if t >= 700 { t } else { 5 }, t >= 650)).collect();
         assert_eq!(rejoined(&s, 1, Some(ms(500))), Some(ms(200)));
