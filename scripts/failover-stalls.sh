@@ -61,6 +61,7 @@ if [ "$testbed" = 1 ]; then
         $M testbed up --prefix "$prefix" --rate 2gbit,2gbit >/dev/null
         made=1
     fi
+    # shellcheck disable=SC2054  # "0,1" is one argument
     where=(--testbed --testbed-prefix "$prefix" --pin 0,1)
 fi
 cleanup() { if [ "$made" = 1 ]; then $M testbed down --prefix "$prefix" >/dev/null || true; fi; }
@@ -74,7 +75,8 @@ worst() { sort -n | awk 'END { if (NR == 0) print "-"; else printf "%.1f\n", $1 
 # One configuration: prints per-run lines to stderr and a summary line
 # "median_stall worst_stall median_MBps median_rejoin worst_rejoin failures" to stdout.
 measure() {
-    local dfor=$1 sd=$2 check=${3:---validate} spec iters=40
+    local dfor=$1 sd=$2 spec iters=40 check=(--validate)
+    if [ "${3:-}" = unvalidated ]; then check=(); fi
     spec="1@300ms:for=$dfor"
     if [ "$testbed" = 1 ]; then spec="$spec:side=$sd"; fi
     # A long outage needs a run that outlasts it.
@@ -82,7 +84,7 @@ measure() {
     local stalls=() rates=() rejoins=() failures=0
     for i in $(seq 1 "$runs"); do
         local o rc=0
-        o=$(timeout --kill-after=5 "$timeout_s" $M bench bw "${where[@]}" ${policy:+--policy "$policy"} $check \
+        o=$(timeout --kill-after=5 "$timeout_s" $M bench bw "${where[@]}" ${policy:+--policy "$policy"} "${check[@]+"${check[@]}"}" \
             --sizes 1M --iterations "$iters" --warmup 2 --fail-rail "$spec" 2>&1 >/dev/null) || rc=$?
         local s r j
         s=$(printf '%s\n' "$o" | sed -n 's/.*longest delivery stall after the failure: \([0-9.]*\) ms.*/\1/p')
@@ -124,7 +126,7 @@ command -v iperf3 >/dev/null || { echo "--matrix needs iperf3 (apt-get install i
 # What one rail gives: iperf3 over rail 0 between the two hosts, 3 runs.
 ip0=$($M testbed status --prefix "$prefix" --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["hosts"][0]["rails"][0]["addr"])')
 iperf=()
-for k in 1 2 3; do
+for _ in 1 2 3; do
     ip netns exec "$prefix-host0" iperf3 -s -B "$ip0" -1 >/dev/null 2>&1 &
     sleep 0.5
     v=$(ip netns exec "$prefix-host1" iperf3 -c "$ip0" -t 3 -J 2>/dev/null |
@@ -146,7 +148,7 @@ done
 tput=()
 for sd in host0 host1; do
     echo "# outage forever in $sd, $runs runs without payload checks" >&2
-    read -r ms ws mr mj wj f < <(measure forever "$sd" "")
+    read -r ms ws mr mj wj f < <(measure forever "$sd" unvalidated)
     ratio=$(awk -v a="$mr" -v b="$one" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }')
     tput+=("$(printf '# unvalidated, rail 1 down for good in %s: %s MB/s during the outage = %s x iperf3 one rail (median of %s, %s failed)' "$sd" "$mr" "$ratio" "$runs" "$f")")
 done

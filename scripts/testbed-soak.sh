@@ -36,7 +36,7 @@ fi
 log=$(mktemp -d)
 chaos_pid=
 cleanup() {
-    [ -n "$chaos_pid" ] && kill "$chaos_pid" 2>/dev/null || true
+    if [ -n "$chaos_pid" ]; then kill "$chaos_pid" 2>/dev/null || true; fi
     for h in 0 1; do for r in 0 1 2 3; do
         ip -n "$prefix-host$h" link set "rail$r" up 2>/dev/null || true
     done; done
@@ -50,9 +50,9 @@ rails=$($M testbed status --prefix "$prefix" --json | python3 -c 'import json,sy
 (
     RANDOM=$seed
     while :; do
-        sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.2 + 1.8 * r / 32767 }')"
+        sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.3f", 0.2 + 1.8 * r / 32767 }')"
         h=$((RANDOM % 2)) r=$((RANDOM % rails))
-        d=$(awk -v r=$RANDOM -v a="$min_down" -v b="$max_down" 'BEGIN { printf "%.3f", (a + (b - a) * r / 32767) / 1000 }')
+        d=$(awk -v r="$RANDOM" -v a="$min_down" -v b="$max_down" 'BEGIN { printf "%.3f", (a + (b - a) * r / 32767) / 1000 }')
         ip -n "$prefix-host$h" link set "rail$r" down
         echo "$(date +%s.%N) host$h rail$r down for ${d}s" >>"$log/outages"
         sleep "$d"
