@@ -4,7 +4,7 @@
 # the longest delivery stall, the throughput while the rail was down and
 # how long after it came back it carried data again; then median and worst.
 #
-#   scripts/failover-stalls.sh [--runs N] [--down-for 500ms|3s|forever] [--side host0|host1]
+#   scripts/failover-stalls.sh [--runs N] [--down-for 500ms|3s|30s|forever] [--side host0|host1]
 #                              [--testbed [--prefix P]] [--policy POLICY] [--timeout SECONDS]
 #   scripts/failover-stalls.sh --matrix [--runs N] [--prefix P] [--out FILE]
 #
@@ -80,7 +80,7 @@ measure() {
     spec="1@300ms:for=$dfor"
     if [ "$testbed" = 1 ]; then spec="$spec:side=$sd"; fi
     # A long outage needs a run that outlasts it.
-    case "$dfor" in 3s) iters=80 ;; esac
+    case "$dfor" in 3s) iters=80 ;; 30s) iters=200 ;; esac
     local stalls=() rates=() rejoins=() failures=0
     for i in $(seq 1 "$runs"); do
         local o rc=0
@@ -115,7 +115,7 @@ measure() {
 }
 
 if [ "$matrix" = 0 ]; then
-    echo "# rail 1 down at 300 ms for $down_for${testbed:+ }$( [ "$testbed" = 1 ] && echo "in $side" ), $runs runs"
+    echo "# rail 1 down at 300 ms for $down_for$( [ "$testbed" = 1 ] && echo " in $side" ), $runs runs"
     read -r ms ws mr mj wj f < <(measure "$down_for" "$side")
     echo "runs $runs  failed $f  median stall $ms ms  worst $ws ms  throughput during the outage (median) $mr MB/s  rejoined after (median/worst) $mj/$wj ms"
     [ "$f" = 0 ]
