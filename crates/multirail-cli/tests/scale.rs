@@ -6,7 +6,9 @@
 //! it). Every run is bounded in time. This file runs alone (cargo runs test
 //! binaries one after another), so the connection count sees only its job.
 
-use std::io::Read;
+mod common;
+
+use common::wait_bounded;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,44 +40,6 @@ fn established() -> usize {
         .flat_map(|t| t.lines().skip(1).map(str::to_string).collect::<Vec<_>>())
         .filter(|l| l.split_whitespace().nth(3) == Some("01"))
         .count()
-}
-
-/// Waits for `child` at most `limit`, sampling `sample` meanwhile; kills
-/// it (and fails) if it does not end. Its pipes are drained on threads, so
-/// a grandchild holding them cannot block this.
-fn wait_bounded(mut child: Child, limit: Duration, what: &str, mut sample: impl FnMut()) -> std::process::Output {
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("piped")));
-    let err = drain(Box::new(child.stderr.take().expect("piped")));
-    let end = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: still running after {limit:?}, killed");
-        }
-        sample();
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // The pipes close when every process holding them is gone; do not wait
-    // for a stopped one.
-    let take = |h: std::thread::JoinHandle<Vec<u8>>| {
-        let t = Instant::now() + Duration::from_secs(20);
-        while !h.is_finished() && Instant::now() < t {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if h.is_finished() { h.join().unwrap_or_default() } else { Vec::new() }
-    };
-    std::process::Output { status, stdout: take(out), stderr: take(err) }
 }
 
 #[test]

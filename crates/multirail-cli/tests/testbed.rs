@@ -8,7 +8,8 @@
 //! losses of random length. Every byte is validated,
 //! and every run is bounded in time: a hang fails with a clear message.
 
-use std::io::Read;
+mod common;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -122,34 +123,8 @@ fn rail_taken_down_with_ip_link_mid_run() {
 /// Runs `cmd` for at most `limit`; a run that does not end in time is
 /// killed and fails the test, saying what hung.
 fn bounded(mut cmd: Command, limit: Duration, what: &str) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start multirail");
-    // Drain the pipes while waiting so a chatty child cannot block.
-    let mut out = child.stdout.take().expect("piped");
-    let mut err = child.stderr.take().expect("piped");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let end = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for multirail") {
-            break st;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            let e = String::from_utf8_lossy(&t_err.join().unwrap_or_default()).into_owned();
-            panic!("{what}: still running after {limit:?}, killed (a hang); stderr:\n{e}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Output { status, stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start multirail");
+    common::wait_bounded(child, limit, what, || {})
 }
 
 /// A validated 1 MiB bw run on testbed `tb` with the given extra flags;
