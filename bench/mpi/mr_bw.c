@@ -68,7 +68,7 @@ static long default_warmup(size_t s)
 
 int main(int argc, char **argv)
 {
-    int rank, nranks, ok, bad = 0, rate = 0;
+    int rank, nranks, bad = 0, rate = 0;
     struct mr_opts o = {.iters = -1, .warmup = -1, .window = 64};
 
     MPI_Init(&argc, &argv);
@@ -78,33 +78,11 @@ int main(int argc, char **argv)
     mr_parse_sizes("1:4M", &o);
     int c;
     while ((c = getopt(argc, argv, "bs:i:w:W:cmh")) != -1) {
+        if (mr_common_opt(c, optarg, &o, rank))
+            continue;
         switch (c) {
         case 'b':
             o.bidir = 1;
-            break;
-        case 's':
-            if (mr_parse_sizes(optarg, &o) != 0)
-                mr_die(rank, "bad -s: expected e.g. 8,64K,1M or 1:4M (at most 64 sizes, each <= 1G)");
-            break;
-        case 'i':
-            o.iters = mr_parse_count(optarg, 1, &ok);
-            if (!ok)
-                mr_die(rank, "bad -i: expected a count >= 1");
-            break;
-        case 'w':
-            o.warmup = mr_parse_count(optarg, 0, &ok);
-            if (!ok)
-                mr_die(rank, "bad -w: expected a count >= 0");
-            break;
-        case 'W': {
-            long w = mr_parse_count(optarg, 1, &ok);
-            if (!ok || w > 4096)
-                mr_die(rank, "bad -W: expected a window of 1..4096 messages");
-            o.window = (int)w;
-            break;
-        }
-        case 'c':
-            o.validate = 1;
             break;
         case 'm':
             rate = 1;
@@ -207,10 +185,7 @@ int main(int argc, char **argv)
         }
     }
 
-    int anybad = 0;
-    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (anybad && rank == 0)
-        fprintf(stderr, "error: -c found a wrong byte in a received message\n");
+    int anybad = mr_any_bad(bad, rank);
     for (int j = 0; recvs && j < nrbuf; j++)
         free(rbuf[j]);
     free(rbuf);

@@ -29,7 +29,7 @@ struct mr_opts {
     int nsizes;
     long iters;   /* -1: default by size */
     long warmup;  /* -1: default by size */
-    int window;   /* mr_bw only */
+    int window;   /* mr_bw, mr_mbw_mr: -W */
     int bidir;    /* mr_bw only: -b */
     int validate; /* -c */
     int extended; /* -x: extra columns (ping-pong) */
@@ -118,6 +118,56 @@ static long mr_parse_count(const char *s, long min, int *ok)
     long v = strtol(s, &end, 10);
     *ok = (end != s && *end == '\0' && errno == 0 && v >= min);
     return v;
+}
+
+/*
+ * The options the programs share: -s sizes, -i timed iterations, -w
+ * warm-up iterations, -W window (mr_bw, mr_mbw_mr), -c check payloads.
+ * Returns 1 if c is one of them (handled: set in o, or the job aborted with
+ * what was wrong), 0 for the caller's own options.
+ */
+static int mr_common_opt(int c, const char *arg, struct mr_opts *o, int rank)
+{
+    int ok = 0;
+    switch (c) {
+    case 's':
+        if (mr_parse_sizes(arg, o) != 0)
+            mr_die(rank, "bad -s: expected e.g. 8,64K,1M or 1:4M (at most 64 sizes, each <= 1G)");
+        return 1;
+    case 'i':
+        o->iters = mr_parse_count(arg, 1, &ok);
+        if (!ok)
+            mr_die(rank, "bad -i: expected a count >= 1");
+        return 1;
+    case 'w':
+        o->warmup = mr_parse_count(arg, 0, &ok);
+        if (!ok)
+            mr_die(rank, "bad -w: expected a count >= 0");
+        return 1;
+    case 'W': {
+        long w = mr_parse_count(arg, 1, &ok);
+        if (!ok || w > 4096)
+            mr_die(rank, "bad -W: expected a window of 1..4096 messages");
+        o->window = (int)w;
+        return 1;
+    }
+    case 'c':
+        o->validate = 1;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Whether any rank's -c check found a wrong byte (rank 0 says so). Every
+ * rank must call it. */
+static int mr_any_bad(int bad, int rank)
+{
+    int anybad = 0;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (anybad && rank == 0)
+        fprintf(stderr, "error: -c found a wrong byte in a received message\n");
+    return anybad;
 }
 
 /* Where this rank runs: CPU, network namespace (inode of /proc/self/ns/net). */

@@ -73,35 +73,13 @@ int main(int argc, char **argv)
     mr_parse_sizes("1:4M", &o);
     int c;
     while ((c = getopt(argc, argv, "p:s:i:w:W:cqh")) != -1) {
+        if (mr_common_opt(c, optarg, &o, rank))
+            continue;
         switch (c) {
         case 'p':
             pairs_opt = mr_parse_count(optarg, 1, &ok);
             if (!ok)
                 mr_die(rank, "bad -p: expected a count >= 1");
-            break;
-        case 's':
-            if (mr_parse_sizes(optarg, &o) != 0)
-                mr_die(rank, "bad -s: expected e.g. 8,64K,1M or 1:4M (at most 64 sizes, each <= 1G)");
-            break;
-        case 'i':
-            o.iters = mr_parse_count(optarg, 1, &ok);
-            if (!ok)
-                mr_die(rank, "bad -i: expected a count >= 1");
-            break;
-        case 'w':
-            o.warmup = mr_parse_count(optarg, 0, &ok);
-            if (!ok)
-                mr_die(rank, "bad -w: expected a count >= 0");
-            break;
-        case 'W': {
-            long w = mr_parse_count(optarg, 1, &ok);
-            if (!ok || w > 4096)
-                mr_die(rank, "bad -W: expected a window of 1..4096 messages");
-            o.window = (int)w;
-            break;
-        }
-        case 'c':
-            o.validate = 1;
             break;
         case 'q':
             quiet = 1;
@@ -206,10 +184,7 @@ int main(int argc, char **argv)
         }
     }
 
-    int anybad = 0;
-    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (anybad && rank == 0)
-        fprintf(stderr, "error: -c found a wrong byte in a received message\n");
+    int anybad = mr_any_bad(bad, rank);
     for (int j = 0; receiver && j < nrbuf; j++)
         free(rbuf[j]);
     free(rbuf);

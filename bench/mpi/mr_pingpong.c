@@ -48,7 +48,7 @@ static long default_warmup(size_t s)
 
 int main(int argc, char **argv)
 {
-    int rank, nranks, ok, bad = 0;
+    int rank, nranks, bad = 0;
     struct mr_opts o = {.iters = -1, .warmup = -1};
 
     MPI_Init(&argc, &argv);
@@ -58,24 +58,9 @@ int main(int argc, char **argv)
     mr_parse_sizes("1:4M", &o);
     int c;
     while ((c = getopt(argc, argv, "s:i:w:cxh")) != -1) {
+        if (mr_common_opt(c, optarg, &o, rank))
+            continue;
         switch (c) {
-        case 's':
-            if (mr_parse_sizes(optarg, &o) != 0)
-                mr_die(rank, "bad -s: expected e.g. 8,64K,1M or 1:4M (at most 64 sizes, each <= 1G)");
-            break;
-        case 'i':
-            o.iters = mr_parse_count(optarg, 1, &ok);
-            if (!ok)
-                mr_die(rank, "bad -i: expected a count >= 1");
-            break;
-        case 'w':
-            o.warmup = mr_parse_count(optarg, 0, &ok);
-            if (!ok)
-                mr_die(rank, "bad -w: expected a count >= 0");
-            break;
-        case 'c':
-            o.validate = 1;
-            break;
         case 'x':
             o.extended = 1;
             break;
@@ -162,10 +147,7 @@ int main(int argc, char **argv)
         }
     }
 
-    int anybad = 0;
-    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (anybad && rank == 0)
-        fprintf(stderr, "error: -c found a wrong byte in a received message\n");
+    int anybad = mr_any_bad(bad, rank);
     free(sbuf);
     free(rbuf);
     free(trip);
