@@ -10,6 +10,8 @@ BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
 LIB_DIR=$BENCH_DIR/lib
 MPI_DIR=$BENCH_DIR/mpi
+# shellcheck source-path=SCRIPTDIR source=lib/build.sh
+. "$BENCH_DIR/lib/build.sh"
 AGENT=$LIB_DIR/netns-agent
 HELPER=$LIB_DIR/mrcmp.py
 
@@ -416,10 +418,7 @@ ensure_packages() {
 # ------------------------------------------------------------------ builds
 build_all() {
     if [[ $BUILD -eq 1 ]] && want ompi; then
-        log "building bench/mpi (mpicc)"
-        cmdlog make -C "$MPI_DIR"
-        make -C "$MPI_DIR" >"$RAW/build-mpi.log" 2>&1 ||
-            { tail -n 20 "$RAW/build-mpi.log" >&2; die "building the MPI programs failed; see $RAW/build-mpi.log"; }
+        build_mpi_programs
     fi
     if want ompi; then
         [[ -x $MPI_DIR/mr_bw && -x $MPI_DIR/mr_pingpong ]] ||
@@ -429,23 +428,7 @@ build_all() {
                 die "bench/mpi/mr_mbw_mr missing: run 'make -C bench/mpi' (or drop --no-build)"
         fi
     fi
-    if [[ -n $MR_BIN ]]; then
-        MR=$(command -v "$MR_BIN" || true)
-        [[ -n $MR && -x $MR ]] || die "--multirail $MR_BIN: not an executable"
-        return 0
-    fi
-    MR=${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/multirail
-    if [[ $BUILD -eq 1 ]]; then
-        local cargo
-        cargo=$(command -v cargo || true)
-        [[ -z $cargo && -x ${HOME:-/root}/.cargo/bin/cargo ]] && cargo=${HOME:-/root}/.cargo/bin/cargo
-        [[ -n $cargo ]] || die "cargo not found: install Rust (https://rustup.rs), or build multirail first and pass --multirail PATH"
-        log "building multirail (cargo build --release -p multirail-cli)"
-        cmdlog "$cargo" build --release -p multirail-cli
-        (cd "$REPO_DIR" && "$cargo" build --release -p multirail-cli) >"$RAW/build-cargo.log" 2>&1 ||
-            { tail -n 20 "$RAW/build-cargo.log" >&2; die "cargo build failed; see $RAW/build-cargo.log"; }
-    fi
-    [[ -x $MR ]] || die "$MR not found: build it (cargo build --release -p multirail-cli) or pass --multirail PATH"
+    build_multirail "$BUILD" "$MR_BIN"
 }
 
 # ------------------------------------------------------------------ testbed

@@ -9,6 +9,8 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
 MPI_DIR=$BENCH_DIR/mpi
+# shellcheck source-path=SCRIPTDIR source=lib/build.sh
+. "$BENCH_DIR/lib/build.sh"
 SAMPLER=$BENCH_DIR/lib/runstat.py
 
 usage() {
@@ -201,30 +203,11 @@ trap 'exit 143' TERM
 # ------------------------------------------------------------------ builds
 build_all() {
     if [[ ${#ENGINE_LIST[@]} -gt 0 ]]; then
-        if [[ -n $MR_BIN ]]; then
-            MR=$(command -v "$MR_BIN" || true)
-            [[ -n $MR && -x $MR ]] || die "--multirail $MR_BIN: not an executable"
-        else
-            MR=${CARGO_TARGET_DIR:-$REPO_DIR/target}/release/multirail
-            if [[ $BUILD -eq 1 ]]; then
-                local cargo
-                cargo=$(command -v cargo || true)
-                [[ -z $cargo && -x ${HOME:-/root}/.cargo/bin/cargo ]] && cargo=${HOME:-/root}/.cargo/bin/cargo
-                [[ -n $cargo ]] || die "cargo not found: install Rust (https://rustup.rs), or pass --multirail PATH or --no-build"
-                log "building multirail (cargo build --release -p multirail-cli)"
-                cmdlog "$cargo" build --release -p multirail-cli
-                (cd "$REPO_DIR" && "$cargo" build --release -p multirail-cli) >"$RAW/build-cargo.log" 2>&1 ||
-                    { tail -n 20 "$RAW/build-cargo.log" >&2; die "cargo build failed; see $RAW/build-cargo.log"; }
-            fi
-            [[ -x $MR ]] || die "$MR not found: build it (cargo build --release -p multirail-cli) or pass --multirail PATH"
-        fi
+        build_multirail "$BUILD" "$MR_BIN"
     fi
     if [[ $MPI -eq 1 ]]; then
         if [[ $BUILD -eq 1 ]]; then
-            log "building bench/mpi (mpicc)"
-            cmdlog make -C "$MPI_DIR"
-            make -C "$MPI_DIR" >"$RAW/build-mpi.log" 2>&1 ||
-                { tail -n 20 "$RAW/build-mpi.log" >&2; die "building the MPI programs failed; see $RAW/build-mpi.log"; }
+            build_mpi_programs
         fi
         [[ -x $MPI_DIR/mr_mbw_mr ]] || die "bench/mpi/mr_mbw_mr missing: run 'make -C bench/mpi' (or drop --no-build)"
     fi
