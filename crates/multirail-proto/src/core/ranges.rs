@@ -4,7 +4,13 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RangeSet {
-    /// start -> end, disjoint and non-adjacent.
+    /// The only range, when there is exactly one: most sets (a message's
+    /// received bytes, the delivered prefix) never hold more, and keeping
+    /// it inline spares an allocation per message. Invariant: `Some`
+    /// exactly when the set holds one range, and then `map` is empty, so
+    /// equal sets compare equal.
+    one: Option<(u64, u64)>,
+    /// start -> end, disjoint and non-adjacent, when there are two or more.
     map: BTreeMap<u64, u64>,
     total: u64,
 }
@@ -20,13 +26,16 @@ impl RangeSet {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.one.is_none() && self.map.is_empty()
     }
 
     /// True if any byte of `[start, end)` is in the set.
     pub fn overlaps(&self, start: u64, end: u64) -> bool {
         if start >= end {
             return false;
+        }
+        if let Some((s, e)) = self.one {
+            return s < end && e > start;
         }
         // The last range starting before `end` is the only candidate.
         self.map.range(..end).next_back().is_some_and(|(_, &e)| e > start)
@@ -37,6 +46,9 @@ impl RangeSet {
         if start >= end {
             return true;
         }
+        if let Some((s, e)) = self.one {
+            return s <= start && e >= end;
+        }
         self.map.range(..=start).next_back().is_some_and(|(_, &e)| e >= end)
     }
 
@@ -45,6 +57,32 @@ impl RangeSet {
         if start >= end {
             return 0;
         }
+        match self.one {
+            None if self.map.is_empty() => {
+                self.one = Some((start, end));
+                self.total = end - start;
+                return end - start;
+            }
+            // Overlapping or touching the only range: it grows in place.
+            Some((s, e)) if start <= e && end >= s => {
+                let (ns, ne) = (s.min(start), e.max(end));
+                let added = (ne - ns) - (e - s);
+                self.one = Some((ns, ne));
+                self.total += added;
+                return added;
+            }
+            Some((s, e)) => {
+                self.one = None;
+                self.map.insert(s, e);
+            }
+            None => {}
+        }
+        let added = self.map_insert(start, end);
+        self.settle();
+        added
+    }
+
+    fn map_insert(&mut self, start: u64, end: u64) -> u64 {
         // Fast paths: at or after the last range (sets mostly grow at
         // their end: delivered messages, bytes of a stream).
         match self.map.last_key_value().map(|(&s, &e)| (s, e)) {
@@ -85,9 +123,32 @@ impl RangeSet {
         added
     }
 
+    /// Keeps the invariant: a lone range lives in `one`.
+    fn settle(&mut self) {
+        if self.map.len() == 1 {
+            self.one = self.map.pop_first();
+        }
+    }
+
     /// Removes `[start, end)` from the set.
     pub fn remove(&mut self, start: u64, end: u64) {
         if start >= end {
+            return;
+        }
+        if let Some((s, e)) = self.one {
+            if s >= end || e <= start {
+                return;
+            }
+            self.one = None;
+            self.total = 0;
+            // What is left of the only range: up to two pieces.
+            for (a, b) in [(s, start.min(e)), (end.max(s), e)] {
+                if a < b {
+                    self.map.insert(a, b);
+                    self.total += b - a;
+                }
+            }
+            self.settle();
             return;
         }
         let hits: Vec<(u64, u64)> =
@@ -104,19 +165,20 @@ impl RangeSet {
                 self.total += re - end;
             }
         }
+        self.settle();
     }
 
     /// End of the range starting at 0, i.e. the first value not in the
     /// set when the set starts at 0 (else 0).
     pub fn prefix(&self) -> u64 {
-        match self.map.first_key_value() {
-            Some((0, &e)) => e,
+        match self.one.or_else(|| self.map.first_key_value().map(|(&s, &e)| (s, e))) {
+            Some((0, e)) => e,
             _ => 0,
         }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.map.iter().map(|(a, b)| (*a, *b))
+        self.one.into_iter().chain(self.map.iter().map(|(a, b)| (*a, *b)))
     }
 }
 
@@ -169,7 +231,17 @@ mod tests {
                 proptest::prop_assert_eq!(r.covered(), want);
                 for i in 0..128u64 {
                     proptest::prop_assert_eq!(r.contains(i, i + 1), bits[i as usize]);
+                    proptest::prop_assert_eq!(r.overlaps(i, i + 1), bits[i as usize]);
                 }
+                // The same set built from its ranges compares equal (one
+                // representation per set), and its ranges are disjoint,
+                // sorted and not touching.
+                let ranges: Vec<(u64, u64)> = r.iter().collect();
+                proptest::prop_assert!(ranges.windows(2).all(|w| w[0].1 < w[1].0));
+                let mut again = RangeSet::new();
+                for &(s, e) in ranges.iter().rev() { again.insert(s, e); }
+                proptest::prop_assert_eq!(&again, &r);
+                proptest::prop_assert_eq!(r.is_empty(), want == 0);
             }
         }
     }
