@@ -110,10 +110,47 @@ struct Partial {
     got: usize,
 }
 
+/// A non-blocking, reliable, ordered byte stream: what the framing of
+/// [`StreamRail`] needs. A TCP connection is one; the shared-memory rail's
+/// ring pair is another.
+///
+/// `read` and `write_vectored` return `WouldBlock` instead of blocking,
+/// and `Ok(0)` from `read` means end of stream. A read that returns less
+/// than asked must mean "drained": the stream then announces new bytes by
+/// making [`ByteStream::raw_fd`] readable (edge-triggered epoll).
+pub trait ByteStream: Send {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// The descriptor to wait on.
+    fn raw_fd(&self) -> RawFd;
+    /// Ends the stream (the peer sees end of stream).
+    fn shutdown(&mut self);
+}
+
+impl ByteStream for TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Read::read(self, buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        Write::write_vectored(self, bufs)
+    }
+    fn raw_fd(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+    fn shutdown(&mut self) {
+        let _ = TcpStream::shutdown(self, std::net::Shutdown::Both);
+    }
+}
+
 /// A rail over one TCP connection.
-pub struct TcpRail {
+pub type TcpRail = StreamRail<TcpStream>;
+
+/// Frames over a [`ByteStream`]: vectored writes of header + payload,
+/// small frames parsed in a staging buffer, large payloads read straight
+/// into their destination.
+pub struct StreamRail<S: ByteStream> {
     caps: RailCaps,
-    stream: TcpStream,
+    stream: S,
     limits: Limits,
     out: VecDeque<OutFrame>,
     /// Bytes of the front frame already written.
@@ -133,12 +170,19 @@ pub struct TcpRail {
     last_activity: Instant,
 }
 
-impl TcpRail {
+impl StreamRail<TcpStream> {
     /// Wraps an authenticated connection. Switches it to non-blocking.
     pub fn new(stream: TcpStream, caps: RailCaps, limits: Limits) -> io::Result<TcpRail> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        Ok(TcpRail {
+        Ok(StreamRail::over(stream, caps, limits))
+    }
+}
+
+impl<S: ByteStream> StreamRail<S> {
+    /// Frames over `stream`, which must already be non-blocking.
+    pub fn over(stream: S, caps: RailCaps, limits: Limits) -> StreamRail<S> {
+        StreamRail {
             caps,
             stream,
             limits,
@@ -153,7 +197,7 @@ impl TcpRail {
             headers_only: false,
             drained: false,
             last_activity: Instant::now(),
-        })
+        }
     }
 
     /// Reads into the staging buffer; Ok(false) when it would block.
@@ -232,13 +276,13 @@ impl TcpRail {
     }
 }
 
-impl Rail for TcpRail {
+impl<S: ByteStream> Rail for StreamRail<S> {
     fn caps(&self) -> &RailCaps {
         &self.caps
     }
 
     fn poll_fd(&self) -> Option<RawFd> {
-        Some(self.stream.as_raw_fd())
+        Some(self.stream.raw_fd())
     }
 
     fn send(&mut self, header: &FrameHeader, payload: Bytes) {
@@ -347,7 +391,7 @@ impl Rail for TcpRail {
     }
 
     fn shutdown(&mut self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        self.stream.shutdown();
     }
 }
 
