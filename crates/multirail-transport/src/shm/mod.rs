@@ -111,6 +111,45 @@
 //! garbage bytes or stop making progress; it cannot make us read or write
 //! outside the segment.
 
+pub mod doorbell;
 pub mod ring;
+pub mod segment;
 
+use std::io;
+
+pub use doorbell::{Doorbell, DoorbellError, recv_fd, send_fd};
 pub use ring::{Consumer, Producer, RingError};
+pub use segment::{Segment, SegmentError, SegmentHeader, Side};
+
+/// Errors of the shared-memory building blocks.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    /// A system call failed.
+    #[error("shared memory: {0}")]
+    Io(#[from] io::Error),
+    /// The peer gave us a segment we refuse.
+    #[error("invalid shared segment: {0}")]
+    Segment(#[from] SegmentError),
+    /// A ring is misused (API) or corrupt (peer).
+    #[error("shared ring: {0}")]
+    Ring(#[from] RingError),
+    /// The fd-passing message is not what the protocol expects.
+    #[error("bad fd-passing message: {0}")]
+    FdMessage(String),
+    /// API misuse: this side's endpoints were taken already (in this or
+    /// another mapping of the segment).
+    #[error("the {0:?} side's endpoints of this segment are already taken")]
+    SideTaken(Side),
+}
+
+impl From<ShmError> for io::Error {
+    fn from(e: ShmError) -> io::Error {
+        match e {
+            ShmError::Io(e) => e,
+            ShmError::SideTaken(_) | ShmError::Ring(RingError::BadCapacity(_) | RingError::Misaligned) => {
+                io::Error::new(io::ErrorKind::InvalidInput, e)
+            }
+            other => io::Error::new(io::ErrorKind::InvalidData, other),
+        }
+    }
+}
