@@ -114,12 +114,14 @@
 pub mod doorbell;
 pub mod ring;
 pub mod segment;
+pub mod stream;
 
 use std::io;
 
 pub use doorbell::{Doorbell, DoorbellError, recv_fd, send_fd};
 pub use ring::{Consumer, Producer, RingError};
 pub use segment::{Segment, SegmentError, SegmentHeader, Side};
+pub use stream::ShmStream;
 
 /// Errors of the shared-memory building blocks.
 #[derive(Debug, thiserror::Error)]

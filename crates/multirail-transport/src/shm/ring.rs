@@ -496,6 +496,18 @@ impl Drop for Consumer {
     }
 }
 
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer").field("capacity", &self.capacity()).field("written", &self.written()).finish()
+    }
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer").field("capacity", &self.capacity()).field("consumed", &self.consumed()).finish()
+    }
+}
+
 /// A zeroed, [`RING_ALIGN`]-aligned heap allocation.
 struct HeapRegion {
     ptr: NonNull<u8>,
