@@ -326,3 +326,80 @@ fn a_multi_node_job_without_pmix_or_root_fails_at_once_saying_what_to_set() {
         "{err}"
     );
 }
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn shm_rail_carries_the_bytes_beside_tcp() {
+    let o = run(multirail(&[
+        "bench",
+        "bw",
+        "--sizes",
+        "1M",
+        "--rails",
+        "shm,tcp:127.0.0.1",
+        "--policy",
+        "*:stripe",
+        "--rail-stats",
+        "--validate",
+    ])
+    .args(TINY));
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("# rails: shm,tcp:127.0.0.1"), "{out}");
+    // Columns: size, bandwidth, validation, rail0 (shm) MB and %, rail1 (tcp) MB and %.
+    let row: Vec<&str> = out.lines().find(|l| l.starts_with("1048576")).expect("a row").split_whitespace().collect();
+    assert_eq!(row[2], "Pass", "{out}");
+    let mb = |i: usize| row[i].parse::<f64>().expect("rail MB column");
+    assert!(mb(3) > 0.0 && mb(5) > 0.0, "both rails moved bytes: {out}");
+}
+
+/// Two processes on one shm rail; the client is killed (SIGKILL) in the
+/// middle of a stream. The server must fail on its own, naming the peer,
+/// long before its own setup or peer timeouts would fire.
+#[test]
+fn shm_peer_killed_mid_transfer_is_an_error_at_once() {
+    let port = free_port().to_string();
+    let bench = ["bench", "bw", "--sizes", "1M", "--iterations", "1000000", "--warmup", "1", "--rails", "shm"];
+    let mut server = multirail(&bench)
+        .args(["--server", "--port", &port])
+        .env("MULTIRAIL_KEY", "shm-kill-test")
+        .env("MULTIRAIL_PEER_TIMEOUT_MS", "60000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client = multirail(&bench)
+        .args(["--connect", &format!("127.0.0.1:{port}")])
+        .env("MULTIRAIL_KEY", "shm-kill-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let the stream run, then kill the client without warning.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(client.try_wait().unwrap().is_none(), "the client ended before it was killed");
+    let killed = std::time::Instant::now();
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let deadline = killed + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = server.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = server.kill();
+            panic!("the server did not notice its shm peer's death within 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let took = killed.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut err).unwrap();
+    eprintln!("server noticed the killed peer after {took:?}: {err}");
+    assert!(!status.success());
+    assert!(err.contains("rank 1") || err.contains("peer 1"), "names the peer: {err}");
+}

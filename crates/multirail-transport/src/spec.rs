@@ -1,6 +1,7 @@
 //! Rail specifications as users write them: `tcp:127.0.0.2`, `tcp:eth1`,
 //! `tcp:10.10.0.1@2gbit` (an optional bandwidth hint for the `weighted`
-//! policy), in comma-separated lists.
+//! policy), `shm` (shared memory between ranks of one host), in
+//! comma-separated lists.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -11,6 +12,9 @@ use std::str::FromStr;
 pub enum Local {
     Addr(IpAddr),
     Iface(String),
+    /// Shared memory with a peer on the same host; its connection is set
+    /// up (and its peer's death seen) over loopback TCP.
+    Shm,
 }
 
 /// One rail as configured.
@@ -29,10 +33,15 @@ pub struct Resolved {
 }
 
 impl RailSpec {
+    pub fn is_shm(&self) -> bool {
+        self.local == Local::Shm
+    }
+
     /// Finds the local address (an interface's first IPv4 address).
     pub fn resolve(&self) -> Result<Resolved, String> {
         match &self.local {
             Local::Addr(ip) => Ok(Resolved { ip: *ip, iface: None }),
+            Local::Shm => Ok(Resolved { ip: IpAddr::from([127, 0, 0, 1]), iface: None }),
             Local::Iface(name) => {
                 let addrs = if_addrs::get_if_addrs().map_err(|e| format!("cannot list interfaces: {e}"))?;
                 let mut found: Vec<IpAddr> = addrs.iter().filter(|a| &a.name == name).map(|a| a.ip()).collect();
@@ -85,8 +94,12 @@ impl FromStr for RailSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let t = s.trim();
+        if let Some(bw) = t.strip_prefix("shm").filter(|r| r.is_empty() || r.starts_with('@')) {
+            let bandwidth = bw.strip_prefix('@').map(parse_rate).transpose()?;
+            return Ok(RailSpec { local: Local::Shm, bandwidth });
+        }
         let rest = t.strip_prefix("tcp:").ok_or_else(|| {
-            format!("rail '{t}': expected tcp:ADDRESS or tcp:INTERFACE (e.g. tcp:127.0.0.2, tcp:eth1)")
+            format!("rail '{t}': expected tcp:ADDRESS, tcp:INTERFACE or shm (e.g. tcp:127.0.0.2, tcp:eth1, shm)")
         })?;
         let (target, bw) = match rest.split_once('@') {
             Some((a, b)) => (a, Some(parse_rate(b)?)),
@@ -111,6 +124,7 @@ impl fmt::Display for RailSpec {
         match &self.local {
             Local::Addr(ip) => write!(f, "tcp:{ip}")?,
             Local::Iface(n) => write!(f, "tcp:{n}")?,
+            Local::Shm => write!(f, "shm")?,
         }
         if let Some(b) = self.bandwidth {
             write!(f, "@{}mbit", b * 8 / 1_000_000)?;
@@ -136,6 +150,13 @@ mod tests {
         assert!("tcp:a b".parse::<RailSpec>().is_err());
         assert!("tcp:1.2.3.4@fast".parse::<RailSpec>().is_err());
         assert_eq!("tcp:::1".parse::<RailSpec>().unwrap().local, Local::Addr("::1".parse().unwrap()));
+        let v = RailSpec::parse_list("shm,tcp:127.0.0.1").unwrap();
+        assert_eq!(v[0].local, Local::Shm);
+        assert_eq!(v[0].to_string(), "shm");
+        assert_eq!("shm@8gbit".parse::<RailSpec>().unwrap().bandwidth, Some(1_000_000_000));
+        assert!("shmx".parse::<RailSpec>().is_err());
+        assert!("shm:foo".parse::<RailSpec>().is_err());
+        assert!(RailSpec { local: Local::Shm, bandwidth: None }.resolve().unwrap().ip.is_loopback());
     }
 
     #[test]

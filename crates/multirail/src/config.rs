@@ -79,6 +79,9 @@ pub struct Config {
     pub job_id: u64,
     /// Fault injection per rail index (tests and `bench --fail-rail`).
     pub faults: Vec<Option<FaultConfig>>,
+    /// Bytes of each ring (one per direction) of a `shm` rail
+    /// (MULTIRAIL_SHM_RING): a power of two from 64 KiB to 1 GiB.
+    pub shm_ring: usize,
 }
 
 impl Default for Config {
@@ -95,6 +98,7 @@ impl Default for Config {
             key: None,
             job_id: 0,
             faults: Vec::new(),
+            shm_ring: 4 << 20,
         }
     }
 }
@@ -211,6 +215,9 @@ impl Config {
         if let Some(v) = env("MULTIRAIL_JOB") {
             self.job_id = parse_job(&v).map_err(|e| bad("MULTIRAIL_JOB", &v, e))?;
         }
+        if let Some(v) = env_size("MULTIRAIL_SHM_RING")? {
+            self.shm_ring = usize::try_from(v).unwrap_or(usize::MAX);
+        }
         if let Some(v) = env("MULTIRAIL_FAULTS") {
             self.faults = parse_faults(&v).map_err(|e| bad("MULTIRAIL_FAULTS", &v, e))?;
         }
@@ -225,6 +232,12 @@ impl Config {
         }
         if p.chunk == 0 {
             return Err(Error::Config("MULTIRAIL_CHUNK must be at least 1 byte".into()));
+        }
+        if !self.shm_ring.is_power_of_two() || !(64 << 10..=1 << 30).contains(&self.shm_ring) {
+            return Err(Error::Config(format!(
+                "MULTIRAIL_SHM_RING={}: give a power of two from 64K to 1G",
+                self.shm_ring
+            )));
         }
         if p.chunk > p.limits.max_frame as u64 {
             return Err(Error::Config(format!(

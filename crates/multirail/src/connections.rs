@@ -35,7 +35,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use multirail_proto::core::{ConnectFailure, ConnectRequest, RailCaps as CoreCaps};
 use multirail_proto::handshake::HandshakeError;
 use multirail_transport::fault::FaultRail;
-use multirail_transport::tcp::TcpRail;
+use multirail_transport::tcp::{StreamRail, TcpRail};
 use multirail_transport::{Rail, RailCaps};
 
 use crate::Config;
@@ -304,10 +304,28 @@ pub(crate) fn adopt(shared: &Shared, cfg: &Config, c: Conn, id: ConnId) -> Resul
         latency: Duration::ZERO,
         max_frame: cfg.proto.limits.max_frame.min(c.hello.max_frame),
     };
-    let tcp = TcpRail::new(c.stream, caps, cfg.proto.limits).map_err(|e| e.to_string())?;
-    let rail: Box<dyn Rail> = match cfg.faults.get(c.rail).cloned().flatten() {
-        Some(f) => Box::new(FaultRail::new(tcp, f)),
-        None => Box::new(tcp),
+    let fault = cfg.faults.get(c.rail).cloned().flatten();
+    let rail: Box<dyn Rail> = if spec.is_shm() {
+        // The peer opened the connection exactly when its rank is the
+        // initiator; the opener creates the segment.
+        let stream = if id.initiator == c.peer {
+            crate::shm_setup::accept(c.stream, cfg.handshake_timeout)
+        } else {
+            crate::shm_setup::connect(c.stream, cfg.handshake_timeout, cfg.shm_ring)
+        }
+        .map_err(|e| format!("shm rail {} to rank {}: {e}", c.rail, c.peer))?;
+        let caps = RailCaps { name: format!("shm -> rank {}", c.peer), ..caps };
+        let shm = StreamRail::over(stream, caps, cfg.proto.limits);
+        match fault {
+            Some(f) => Box::new(FaultRail::new(shm, f)),
+            None => Box::new(shm),
+        }
+    } else {
+        let tcp = TcpRail::new(c.stream, caps, cfg.proto.limits).map_err(|e| e.to_string())?;
+        match fault {
+            Some(f) => Box::new(FaultRail::new(tcp, f)),
+            None => Box::new(tcp),
+        }
     };
     let i = shared.slot_of(c.peer, c.rail).ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
     Ok(shared.install(i, rail, id, CoreCaps { bandwidth, latency: Duration::ZERO }, c.hello.credits))

@@ -1,7 +1,8 @@
 //! # multirail — several network links as one message channel
 //!
 //! Two or more processes exchange tagged messages over several rails
-//! (TCP connections over different interfaces or addresses) at once:
+//! (TCP connections over different interfaces or addresses, shared memory
+//! between ranks of one host) at once:
 //! small messages keep one rail's latency, large ones are split across all
 //! rails in proportion to what each delivers, everything arrives in order,
 //! and a rail that dies is routed around.
@@ -36,6 +37,7 @@ mod engine;
 mod error;
 mod launch;
 mod shared;
+mod shm_setup;
 
 pub use bytes::{Bytes, BytesMut};
 pub use config::{Config, DEFAULT_RAILS, Progress, parse_job};

@@ -1,6 +1,6 @@
-//! End-to-end over real loopback TCP: 1, 2 and 4 rails, both progress
-//! engines, random sizes from 0 B to 16 MiB, payloads verified, many
-//! messages in flight.
+//! End-to-end over real loopback TCP and shared memory: 1, 2 and 4 rails,
+//! both progress engines, random sizes from 0 B to 16 MiB, payloads
+//! verified, many messages in flight. One suite, run per rail set.
 
 mod common;
 
@@ -8,6 +8,11 @@ use common::*;
 use multirail::{Builder, BytesMut, Endpoint, Finished, Progress, Request};
 
 fn exchange(nrails: usize, progress: Progress, policy: &str, seed: u64, count: usize) {
+    exchange_on(&rails(nrails), progress, policy, seed, count)
+}
+
+fn exchange_on(rail_list: &str, progress: Progress, policy: &str, seed: u64, count: usize) {
+    let nrails = rail_list.split(',').count();
     let mut rng = Rng(seed);
     let sizes: Vec<usize> = (0..count)
         .map(|_| match rng.below(5) {
@@ -21,7 +26,7 @@ fn exchange(nrails: usize, progress: Progress, policy: &str, seed: u64, count: u
     let sizes = &sizes;
     job(
         2,
-        |_| Endpoint::builder().policy(policy).progress(progress).rails(&rails(nrails)).key("k"),
+        |_| Endpoint::builder().policy(policy).progress(progress).rails(rail_list).key("k"),
         |ep| {
             if ep.rank() == 0 {
                 // Everything in flight at once.
@@ -71,6 +76,20 @@ fn two_rails_every_policy_threaded() {
     for (i, p) in ["*:single", "*:round-robin", "*:stripe", "*:weighted", "16K:single,*:adaptive"].iter().enumerate() {
         exchange(2, Progress::Threaded, p, 20 + i as u64, 25);
     }
+}
+
+#[test]
+fn shm_rail_both_engines() {
+    exchange_on("shm", Progress::Polled, "16K:single,*:adaptive", 40, 40);
+    exchange_on("shm", Progress::Threaded, "16K:single,*:adaptive", 41, 40);
+}
+
+#[test]
+fn shm_and_tcp_every_policy() {
+    for (i, p) in ["*:single", "*:round-robin", "*:stripe", "*:weighted", "16K:spread,*:adaptive"].iter().enumerate() {
+        exchange_on("shm,tcp:127.0.0.1", Progress::Polled, p, 50 + i as u64, 25);
+    }
+    exchange_on("tcp:127.0.0.1,shm", Progress::Threaded, "16K:spread,*:adaptive", 60, 25);
 }
 
 #[test]

@@ -233,6 +233,68 @@ impl Drop for ShmStream {
     }
 }
 
+/// As the byte stream of a rail ([`crate::tcp::StreamRail`]), which any
+/// progress engine drives by edge-triggered readiness of one fd: a read
+/// that returns less than asked leaves the stream armed (after draining
+/// the doorbell), so the peer's next write rings it and the fd becomes
+/// readable; a write that finds the ring full arms for space, so the
+/// reader's next read rings it.
+impl crate::tcp::ByteStream for ShmStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = 0;
+        // Ends: each round either reads more (at most `buf.len()` bytes in
+        // all) or returns; `arm` says true only with data or a close there.
+        loop {
+            match ShmStream::read(self, &mut buf[n..]) {
+                Ok(0) => return Ok(n),
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if n > 0 => {
+                    // Report the bytes; the error comes with the next read.
+                    let _ = e;
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
+            }
+            if n == buf.len() {
+                return Ok(n);
+            }
+            if self.shut || self.peer_gone {
+                continue;
+            }
+            if self.bell.drain().is_err() {
+                self.peer_gone = true;
+                continue;
+            }
+            if !self.rx.arm() {
+                return if n > 0 { Ok(n) } else { Err(io::ErrorKind::WouldBlock.into()) };
+            }
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        loop {
+            match ShmStream::write_vectored(self, bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !self.tx.arm_for_space() {
+                        return Err(e);
+                    }
+                    // Space was freed meanwhile: try again.
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.bell.as_raw_fd()
+    }
+
+    fn shutdown(&mut self) {
+        ShmStream::shutdown(self);
+    }
+}
+
 impl Read for ShmStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         ShmStream::read(self, buf)
