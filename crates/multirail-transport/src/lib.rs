@@ -142,6 +142,20 @@ pub trait Rail: Send {
     fn take_partial(&mut self) -> Option<(FrameHeader, PayloadDest)>;
     /// Closes the connection (the peer sees end-of-stream).
     fn shutdown(&mut self);
+    /// The rail's new bytes make no fd readable while its reader is awake
+    /// (shared memory): an engine that busy-polls reads it on every round
+    /// and calls [`Rail::arm`] before each sleep, instead of waiting for
+    /// readiness.
+    fn spin_poll(&self) -> bool {
+        false
+    }
+    /// Called right before the engine sleeps on [`Rail::poll_fd`]: from
+    /// now on the engine arms the rail before every sleep (a read that
+    /// finds nothing no longer does). Returns true if something is there
+    /// already: do not sleep. Only for rails that say [`Rail::spin_poll`].
+    fn arm(&mut self) -> bool {
+        false
+    }
 }
 
 impl Rail for Box<dyn Rail> {
@@ -171,6 +185,12 @@ impl Rail for Box<dyn Rail> {
     }
     fn shutdown(&mut self) {
         (**self).shutdown()
+    }
+    fn spin_poll(&self) -> bool {
+        (**self).spin_poll()
+    }
+    fn arm(&mut self) -> bool {
+        (**self).arm()
     }
 }
 

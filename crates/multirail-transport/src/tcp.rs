@@ -125,6 +125,14 @@ pub trait ByteStream: Send {
     fn raw_fd(&self) -> RawFd;
     /// Ends the stream (the peer sees end of stream).
     fn shutdown(&mut self);
+    /// See [`Rail::spin_poll`].
+    fn spin_poll(&self) -> bool {
+        false
+    }
+    /// See [`Rail::arm`].
+    fn arm(&mut self) -> bool {
+        false
+    }
 }
 
 impl ByteStream for TcpStream {
@@ -392,6 +400,15 @@ impl<S: ByteStream> Rail for StreamRail<S> {
 
     fn shutdown(&mut self) {
         self.stream.shutdown();
+    }
+
+    fn spin_poll(&self) -> bool {
+        self.stream.spin_poll()
+    }
+
+    fn arm(&mut self) -> bool {
+        // Bytes read ahead into staging count as something to do.
+        self.hi > self.lo || self.stream.arm()
     }
 }
 

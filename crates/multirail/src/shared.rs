@@ -151,6 +151,9 @@ pub struct Serviced {
     pub deadline: Option<Instant>,
     /// The connection's file descriptor (none: not connected).
     pub fd: Option<std::os::fd::RawFd>,
+    /// The rail wants reading on every round of a spinning loop and arming
+    /// before a sleep ([`multirail_transport::Rail::spin_poll`]).
+    pub spin: bool,
 }
 
 impl Shared {
@@ -377,7 +380,23 @@ impl Shared {
             }
         }
         let rail = conn.as_ref().expect("still connected");
-        Serviced { want_write: rail.queued_bytes() > 0, more, deadline: rail.deadline(), fd: rail.poll_fd() }
+        Serviced {
+            want_write: rail.queued_bytes() > 0,
+            more,
+            deadline: rail.deadline(),
+            fd: rail.poll_fd(),
+            spin: rail.spin_poll(),
+        }
+    }
+
+    /// Before the loop sleeps: arms slot `i`'s rail (see
+    /// [`multirail_transport::Rail::arm`]). True: something is there, do
+    /// not sleep. A slot in use by another thread is not armed (that
+    /// thread is awake and will look).
+    pub fn arm(&self, i: usize) -> bool {
+        let s = &self.slots[i];
+        let Ok(mut conn) = s.conn.try_lock() else { return true };
+        conn.as_mut().is_some_and(|r| r.arm())
     }
 
     /// [`Shared::service`] if the connection is free right now (another

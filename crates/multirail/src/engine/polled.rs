@@ -44,6 +44,10 @@ struct PollState {
     /// Slots that asked to be serviced again at a time (delayed or
     /// rate-limited frames of the fault-injecting rail): (when, slot).
     due: Vec<(Instant, usize)>,
+    /// Slots whose rails are read on every round and armed before a sleep
+    /// (shared memory: no readiness while we are awake), and membership.
+    spin: Vec<usize>,
+    is_spin: Vec<bool>,
 }
 
 use super::{TIMER_AFTER_WORK, TIMER_RECHECK};
@@ -87,6 +91,8 @@ impl Polled {
                 todo: Vec::new(),
                 more_list: Vec::new(),
                 due: Vec::new(),
+                spin: Vec::new(),
+                is_spin: vec![false; n],
             }),
             waker,
             waiters: AtomicUsize::new(0),
@@ -190,6 +196,13 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
             st.worked = true;
         }
     }
+    // Rails without readiness while we are awake: look at each.
+    // (Not counted as work: an empty ring is the common case.)
+    for k in 0..st.spin.len() {
+        let i = st.spin[k];
+        service(shared, st, i);
+        busy |= st.more[i];
+    }
     let now = Instant::now();
     // Timers run when due; after work (which may have armed an earlier
     // one) at most every TIMER_AFTER_WORK, so a busy loop does not walk
@@ -222,6 +235,9 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
             .map(|t| t.saturating_duration_since(now))
             .fold(cap, Duration::min)
     };
+    // Before sleeping, spin-polled rails must ask for a wake-up; one
+    // that has something already cancels the sleep.
+    let timeout = if !timeout.is_zero() && st.spin.iter().any(|&i| shared.arm(i)) { Duration::ZERO } else { timeout };
     st.todo = todo;
     let PollState { poll, events, ready, .. } = st;
     if let Err(e) = poll.poll(events, Some(timeout)) {
@@ -251,6 +267,14 @@ fn service(shared: &Shared, st: &mut PollState, i: usize) {
     st.due.retain(|&(_, j)| j != i);
     if let Some(d) = s.deadline {
         st.due.push((d, i));
+    }
+    if s.spin != st.is_spin[i] {
+        st.is_spin[i] = s.spin;
+        if s.spin {
+            st.spin.push(i);
+        } else {
+            st.spin.retain(|&j| j != i);
+        }
     }
     st.regs[i].update(st.poll.registry(), Token(i), &s);
 }
