@@ -73,6 +73,7 @@ How ranks start:
 
 Examples:
   multirail bench latency --sizes 8 --rails tcp:127.0.0.1
+  multirail bench latency --sizes 8 --compare rails=shm rails=tcp:127.0.0.1
   multirail bench bw --sizes 1K:4M --rail-stats
   multirail bench bw --sizes 1M,4M --compare policy=single policy=stripe policy=adaptive
   multirail bench bw --validate --fail-rail 1@2s:for=1s";
@@ -119,7 +120,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "none", help_heading = "Ranks")]
     pub pin: String,
 
-    // ----- multirail settings -----
+    /// Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, or shm (shared memory, ranks on one host) [env: MULTIRAIL_RAILS]
     /// Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2 or tcp:eth0,tcp:eth1 [env: MULTIRAIL_RAILS]
     #[arg(long, help_heading = "multirail", conflicts_with = "testbed")]
     pub rails: Option<String>,
