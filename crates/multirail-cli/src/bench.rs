@@ -4,6 +4,7 @@
 //! live in multirail-perf.
 
 mod fail;
+mod plot;
 mod rank;
 
 use std::io::{BufRead, BufReader};
@@ -12,9 +13,10 @@ use std::process::Stdio;
 use anyhow::{Context, bail};
 use multirail::{Config, JobInfo};
 use multirail_perf::compare::{self, CompareKey};
+use multirail_perf::model::{ModelColumns, ModelInput};
 use multirail_perf::report::json::JsonRecord;
-use multirail_perf::{BenchSpec, SizeResult, Test};
-use multirail_proto::units::parse_size;
+use multirail_perf::{BenchSpec, RunInfo, SizeResult, Test};
+use multirail_proto::units::{format_size, parse_size};
 
 use crate::cli::{BenchArgs, TestName};
 use crate::launch::{self, RankEnv};
@@ -25,6 +27,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         let job = JobInfo::from_env()?.context("MULTIRAIL_LAUNCHED is set but MULTIRAIL_RANK/SIZE are not")?;
         return rank::run(&args, &job);
     }
+    // Fail on a bad --plot or --model before measuring anything.
+    plot::target(&args)?;
+    check_model(&args)?;
     if !args.compare.is_empty() {
         return run_compare(&args);
     }
@@ -68,8 +73,99 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         };
         return rank::run(&args, &job);
     }
-    let (code, _) = launch_local(&args, &[], &[], false)?;
+    let extra = match args.model && args.link.is_none() {
+        true => vec!["--model-links".to_string(), calibrate(&args)?],
+        false => vec![],
+    };
+    let (code, _) = launch_local(&args, &extra, &[], false)?;
     Ok(code)
+}
+
+/// `--model` is for bw, and its rates must parse.
+fn check_model(args: &BenchArgs) -> anyhow::Result<()> {
+    if !args.model {
+        return Ok(());
+    }
+    if args.test != TestName::Bw {
+        bail!("--model predicts one-way bandwidth: use it with `multirail bench bw`");
+    }
+    if let Some(l) = &args.link {
+        crate::model::parse_links(l).context("--link")?;
+    }
+    crate::model::parse_opt(args.nic.as_deref()).context("--nic")?;
+    crate::model::parse_opt(args.host.as_deref()).context("--host")?;
+    Ok(())
+}
+
+/// The model's columns for rank 0 of a bw run with `--model` (none in a
+/// launcher's sub-run): link rates from `--link`, else from the launcher's
+/// single-rail runs (`--model-links`).
+pub fn model_columns(args: &BenchArgs, nrails: usize) -> anyhow::Result<Option<ModelColumns>> {
+    if !args.model || args.sub_run {
+        return Ok(None);
+    }
+    check_model(args)?;
+    let (links, from) = match (&args.link, &args.model_links) {
+        (Some(l), _) => (crate::model::parse_links(l)?, "given: --link".to_string()),
+        (None, Some(m)) => {
+            let v = m.split(',').map(|x| x.trim().parse::<f64>()).collect::<Result<Vec<_>, _>>();
+            let largest = spec_of(args, 2)?.sizes.into_iter().max().unwrap_or(0);
+            (v.context("--model-links")?, format!("measured: one bw run per rail at {}", format_size(largest)))
+        }
+        (None, None) => bail!(
+            "--model needs each rail's bandwidth: give --link RATE, or start the run locally or with \
+             --testbed so that multirail measures every rail alone first"
+        ),
+    };
+    let nic = crate::model::parse_opt(args.nic.as_deref())?;
+    let host = crate::model::parse_opt(args.host.as_deref())?;
+    Ok(Some(ModelColumns::new(ModelInput::new(nrails, &links, nic, host)?, from)))
+}
+
+/// `--model` without `--link`: one bw run per rail, alone, at the largest
+/// size of the sweep with the sweep's loop counts. Returns the rails'
+/// bandwidths in bytes/s as `--model-links` takes them.
+fn calibrate(args: &BenchArgs) -> anyhow::Result<String> {
+    let largest = spec_of(args, 2)?.sizes.into_iter().max().context("--sizes: no sizes")?;
+    let nrails = rail_count(args)?;
+    let mut rates = Vec::new();
+    for k in 0..nrails {
+        if !args.quiet {
+            eprintln!("# --model: measuring rail {k} alone (bw at {})", format_size(largest));
+        }
+        let size = largest.to_string();
+        let extra: Vec<String> = ["--sub-run", "--only-rail", &k.to_string(), "--sizes", &size, "--json", "--quiet"]
+            .map(String::from)
+            .to_vec();
+        let mut sub = args.clone();
+        sub.sizes = Some(size.clone());
+        sub.only_rail = Some(k);
+        let (code, lines) = launch_local(&sub, &extra, &[], true)?;
+        if code != 0 {
+            bail!("--model: the single-rail run on rail {k} failed (exit {code})");
+        }
+        let value = lines
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str::<JsonRecord>(l))
+            .collect::<Result<Vec<_>, _>>()
+            .context("reading the single-rail run's JSON output")?
+            .into_iter()
+            .find(|r| r.size == largest)
+            .map(|r| r.value)
+            .with_context(|| format!("--model: the single-rail run on rail {k} reported nothing"))?;
+        rates.push(format!("{}", value * 1e6));
+    }
+    Ok(rates.join(","))
+}
+
+/// How many rails a local or testbed run uses.
+fn rail_count(args: &BenchArgs) -> anyhow::Result<usize> {
+    if let Some(p) = crate::testbed::placement(args.testbed, &args.testbed_prefix, 2)? {
+        let n = p.hosts[0].rails.split(',').count();
+        return Ok(args.testbed_rails.unwrap_or(n).clamp(1, n));
+    }
+    Ok(config_of(args)?.rails.len())
 }
 
 /// The server's key: MULTIRAIL_KEY, or a fresh one the client is told.
@@ -146,6 +242,11 @@ pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
     if args.checksum {
         c.proto.checksum = true;
     }
+    if let Some(k) = args.only_rail {
+        let n = c.rails.len();
+        let rail = c.rails.get(k).cloned().with_context(|| format!("--only-rail {k}: there are only {n} rails"))?;
+        c.rails = vec![rail];
+    }
     c.validate()?;
     Ok(c)
 }
@@ -221,7 +322,7 @@ fn run_compare(args: &BenchArgs) -> anyhow::Result<i32> {
             if !args.quiet {
                 eprintln!("# round {}/{rounds}: {}", round + 1, labels[i]);
             }
-            let mut extra: Vec<String> = vec!["--json".into(), "--quiet".into()];
+            let mut extra: Vec<String> = vec!["--json".into(), "--quiet".into(), "--sub-run".into()];
             for (k, v) in &cfg.flags {
                 extra.push(format!("--{}", k.name()));
                 extra.push(v.clone());
@@ -251,6 +352,13 @@ fn run_compare(args: &BenchArgs) -> anyhow::Result<i32> {
             test_of(args.test)
         );
         print!("{}", compare::table(&cmp));
+    }
+    if let Some(path) = plot::target(args)? {
+        let base = RunInfo::new(&config_of(args)?, &spec_of(args, ranks_for(args))?);
+        plot::compared(&path, &cmp, rounds, &base)?;
+        if !args.quiet {
+            eprintln!("# plot written to {}", path.display());
+        }
     }
     Ok(0)
 }

@@ -15,6 +15,8 @@ Start here:
   multirail info                       which rails this machine has
   multirail bench latency              OSU-style latency over two loopback rails
   multirail bench bw --rails tcp:127.0.0.1 --compare policy=single policy=adaptive
+  multirail bench bw --sizes 1K:4M --plot bw.svg    the same numbers as a plot
+  multirail model --rails 2 --link 2GB/s --nic 2GB/s --host 4GB/s   predicted bandwidth
   sudo multirail testbed up --rate 1gbit,3gbit    an emulated dual-rail cluster
   sudo multirail bench bw --testbed               ... measured on it
 
@@ -51,6 +53,51 @@ pub enum Command {
     /// (MULTIRAIL_RANK, MULTIRAIL_SIZE, MULTIRAIL_ROOT, MULTIRAIL_KEY, and
     /// MULTIRAIL_RAILS inside a testbed).
     Run(RunArgs),
+    /// Predict multi-rail bandwidth from link, NIC-bus and host-bus rates
+    /// (the NPC'09 uDAPL study's model).
+    #[command(long_about = MODEL_ABOUT)]
+    Model(ModelArgs),
+}
+
+const MODEL_ABOUT: &str = "\
+Predict multi-rail bandwidth with the model of Cai, Rendell and Strazdins
+(NPC 2009, \"Non-threaded and Threaded Approaches to MultiRail Communication
+with uDAPL\"):
+
+  multi-HCA  (N NICs, one port each):  N × min(link, NIC bus, host bus)
+  multi-port (one NIC with N ports):   min(N × link, NIC bus, host bus)
+
+Rails of different speeds: --link 1gbit,3gbit (one rate per rail); then
+multi-HCA = Σ min(link_i, NIC, host) and multi-port = min(Σ link_i, NIC, host).
+A bus left out is no limit.
+
+Rates are decimal (G = 10^9). Bits: 2gbit, 10Gbit/s, 500mbit. Bytes: 4GB/s,
+500MB/s, 1.5GB/s (capital B and /s). Ambiguous forms (10Gbps, 10gb/s, 4GB)
+are refused. Ki/Mi/Gi (1GiB/s, 8gibit) are binary.
+
+Examples:
+  multirail model --rails 2 --link 2GB/s --nic 2GB/s --host 4GB/s   NPC'09's DDR cluster
+  multirail model --rails 2 --link 32gbit --nic 4GB/s --json          two QDR ports on one PCIe 2.0 x8 NIC
+  multirail model --link 1gbit,3gbit                                  two unequal rails, no bus limit
+  multirail bench bw --model                                          measured vs predicted, per size";
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// Number of rails (default: how many --link rates are given).
+    #[arg(long, value_name = "N")]
+    pub rails: Option<usize>,
+    /// Link rate of every rail, or one per rail: 2GB/s, 10gbit, 1gbit,3gbit.
+    #[arg(long, value_name = "RATE[,RATE...]", required = true)]
+    pub link: String,
+    /// The NIC's bus (its PCIe link), e.g. 2GB/s. Default: no limit.
+    #[arg(long, value_name = "RATE")]
+    pub nic: Option<String>,
+    /// The host's bus (the slot each NIC sits in), e.g. 4GB/s. Default: no limit.
+    #[arg(long, value_name = "RATE")]
+    pub host: Option<String>,
+    /// One JSON object: the inputs and multi_hca, multi_port in bytes/s.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const BENCH_ABOUT: &str = "\
@@ -76,7 +123,11 @@ Examples:
   multirail bench latency --sizes 8 --compare rails=shm rails=tcp:127.0.0.1
   multirail bench bw --sizes 1K:4M --rail-stats
   multirail bench bw --sizes 1M,4M --compare policy=single policy=stripe policy=adaptive
-  multirail bench bw --validate --fail-rail 1@2s:for=1s";
+  multirail bench bw --validate --fail-rail 1@2s:for=1s
+  multirail bench latency --sizes 1:1M --plot latency.svg
+  multirail bench bw --sizes 4K:4M --compare policy=*:single policy=*:adaptive --plot bw.png
+  multirail bench bw --sizes 64K:4M --model                 measured vs the NPC'09 model
+  multirail bench bw --model --link 10gbit --nic 2GB/s      ... from given rates";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
@@ -179,12 +230,42 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5, help_heading = "Comparison")]
     pub rounds: u32,
 
+    // ----- model -----
+    /// (bw) Print beside each size the bandwidth the NPC'09 model predicts
+    /// (multi-HCA and multi-port) and measured/predicted. Link rates: each
+    /// rail's single-rail bandwidth, measured first by one bw run per rail
+    /// at the largest size of --sizes with the same loop counts (needs a
+    /// local or --testbed run), unless --link is given. The model is
+    /// asymptotic: expect ratios well below 1 at small sizes.
+    #[arg(long, help_heading = "Model", conflicts_with_all = ["compare", "fail_rail"])]
+    pub model: bool,
+    /// Link rate for --model instead of measuring it: every rail, or one
+    /// per rail (2gbit, 10Gbit/s, 1.25GB/s, 1gbit,3gbit).
+    #[arg(long, value_name = "RATE[,RATE...]", help_heading = "Model", requires = "model")]
+    pub link: Option<String>,
+    /// NIC bus rate for --model (default: no limit), e.g. 2GB/s.
+    #[arg(long, value_name = "RATE", help_heading = "Model", requires = "model")]
+    pub nic: Option<String>,
+    /// Host bus rate for --model (default: no limit), e.g. 4GB/s.
+    #[arg(long, value_name = "RATE", help_heading = "Model", requires = "model")]
+    pub host: Option<String>,
+    /// Internal: the rails' measured single-rail rates in bytes/s, passed by
+    /// the launcher to rank 0 after the calibration runs.
+    #[arg(long, hide = true)]
+    pub model_links: Option<String>,
+
     // ----- output -----
-    /// One JSON object per line instead of the OSU table.
-    #[arg(long, help_heading = "Output", conflicts_with = "csv")]
+    /// Also draw the results against message size into FILE.svg or
+    /// FILE.png (one line per --compare configuration); written with
+    /// --json and --csv too.
+    #[arg(long, value_name = "FILE.svg|FILE.png", help_heading = "Output")]
+    pub plot: Option<std::path::PathBuf>,
+    /// One JSON object per line instead of the OSU table (the last of
+    /// --json and --csv wins).
+    #[arg(long, help_heading = "Output", overrides_with = "csv")]
     pub json: bool,
     /// CSV instead of the OSU table.
-    #[arg(long, help_heading = "Output")]
+    #[arg(long, help_heading = "Output", overrides_with = "json")]
     pub csv: bool,
     /// Add per-rail bytes and shares as extra columns.
     #[arg(long, help_heading = "Output")]
@@ -192,6 +273,15 @@ pub struct BenchArgs {
     /// No progress bar and no notes on stderr.
     #[arg(long, short, help_heading = "Output")]
     pub quiet: bool,
+
+    // ----- internal -----
+    /// Internal: this run is one of several a launcher makes (a --compare
+    /// round, a --model calibration); the launcher plots and models.
+    #[arg(long, hide = true)]
+    pub sub_run: bool,
+    /// Internal: use only rail K of the configured (or testbed) rails.
+    #[arg(long, hide = true, value_name = "K")]
+    pub only_rail: Option<usize>,
 }
 
 #[derive(Debug, Subcommand)]

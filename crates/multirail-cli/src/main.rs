@@ -7,6 +7,7 @@ mod bench;
 mod cli;
 mod info;
 mod launch;
+mod model;
 mod run;
 mod testbed;
 
@@ -27,6 +28,7 @@ fn main() {
         cli::Command::Bench(args) => bench::run(*args),
         cli::Command::Testbed { command } => testbed::run(command),
         cli::Command::Run(args) => run::run(args),
+        cli::Command::Model(args) => model::run(&args).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

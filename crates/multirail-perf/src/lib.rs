@@ -30,6 +30,10 @@
 //!   message size and offset, on every rank.
 //! * **Comparisons.** [`compare`] turns rounds of runs of several
 //!   configurations into medians and ratios (for `bench --compare`).
+//! * **A model and plots.** [`model`] predicts multi-rail bandwidth the
+//!   way the NPC'09 uDAPL study does (multi-HCA and multi-port);
+//!   [`report::plot`] draws results against message size as SVG or PNG
+//!   with a font built in (no system fonts needed).
 
 #![forbid(unsafe_code)]
 
@@ -37,6 +41,7 @@ pub mod compare;
 mod error;
 mod info;
 mod kernels;
+pub mod model;
 mod pattern;
 pub mod report;
 mod result;

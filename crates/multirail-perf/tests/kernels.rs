@@ -48,7 +48,7 @@ fn bench(spec: &BenchSpec, ranks: u32, engine: Engine) -> (Vec<SizeResult>, RunI
 
 /// Parses the OSU table back: OSU's columns first, then the rail columns.
 fn check_table(spec: &BenchSpec, info: &RunInfo, results: &[SizeResult]) {
-    let opts = TableOptions { rail_stats: true, percentiles: false };
+    let opts = TableOptions { rail_stats: true, ..TableOptions::default() };
     let text = osu::table(info, results, &opts);
     let osu_cols = if spec.test == Test::MbwMr { 3 } else { 2 };
     let rows: Vec<Vec<&str>> =

@@ -7,9 +7,9 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use multirail::{Endpoint, JobInfo};
 use multirail_perf::report::{csv, json, osu};
-use multirail_perf::{BenchError, Progress, RunInfo};
+use multirail_perf::{BenchError, Progress, RunInfo, SizeResult};
 
-use super::{config_of, fail, spec_of};
+use super::{config_of, fail, plot, spec_of};
 use crate::cli::BenchArgs;
 
 pub fn run(args: &BenchArgs, job: &JobInfo) -> anyhow::Result<i32> {
@@ -22,18 +22,21 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
         cfg.key = Some(k.into_bytes());
     }
     let spec = spec_of(args, job.size)?;
+    let plot_to = plot::target(args)?;
     let plans = args.fail_rail.iter().map(|s| fail::FailPlan::parse(s)).collect::<anyhow::Result<Vec<_>>>()?;
     let failure = Some(fail::Injector::prepare(plans, &mut cfg, job.rank)?).filter(|i| !i.is_empty());
     let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
     let lead = ep.rank() == 0;
     let info = RunInfo::from_endpoint(&ep, &spec);
-    let opts = osu::TableOptions { rail_stats: args.rail_stats, percentiles: false };
+    let model = if lead { super::model_columns(args, info.rails.len())? } else { None };
+    let opts = osu::TableOptions { rail_stats: args.rail_stats, percentiles: false, model: model.clone() };
+    let model = model.as_ref();
     let mut out = std::io::stdout().lock();
     if lead {
         let head = if args.json {
             String::new()
         } else if args.csv {
-            csv::header(info.rails.len())
+            csv::header_with_model(info.rails.len(), model.is_some())
         } else {
             osu::header(&info, &opts)
         };
@@ -42,6 +45,7 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     }
     let bar = progress_bar(lead && !args.quiet, spec.sizes.len());
     let mut write_err = None;
+    let mut measured: Vec<SizeResult> = Vec::new();
     let mut sweep = || {
         multirail_perf::run(&ep, &spec, &mut |p| match p {
             Progress::Start { size, .. } => {
@@ -49,10 +53,11 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
             }
             Progress::Done { result: Some(r), .. } => {
                 bar.inc(1);
+                measured.push(r.clone());
                 let line = if args.json {
-                    json::line(&info, r)
+                    json::line_with_model(&info, r, model)
                 } else if args.csv {
-                    csv::row(&info, r)
+                    csv::row_with_model(&info, r, model)
                 } else {
                     osu::row(&info, r, &opts)
                 };
@@ -77,6 +82,7 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     if let Some(e) = write_err {
         return Err(e.into());
     }
+
     let code = match res {
         Ok(_) => 0,
         Err(BenchError::Validation(v)) => {
@@ -85,6 +91,12 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
         }
         Err(e) => return Err(e).context(format!("rank {}", ep.rank())),
     };
+    if let Some(path) = plot_to.as_deref().filter(|_| lead && code == 0) {
+        plot::single(path, &info, &measured)?;
+        if !args.quiet {
+            eprintln!("# plot written to {}", path.display());
+        }
+    }
     ep.close().with_context(|| format!("rank {}: closing", job.rank))?;
     Ok(code)
 }

@@ -5,6 +5,7 @@
 use std::fmt::Display;
 
 use crate::info::RunInfo;
+use crate::model::ModelColumns;
 use crate::result::SizeResult;
 
 const COLUMNS: &str = "test,size,value,unit,p50_us,p90_us,p99_us,msg_rate,iterations,warmup,elapsed_s,capped,\
@@ -53,6 +54,32 @@ pub fn row(info: &RunInfo, r: &SizeResult) -> String {
     fields.extend(r.rail_bytes.iter().map(|b| b.to_string()));
     let mut out = fields.iter().map(|f| quote(f)).collect::<Vec<_>>().join(",");
     out.push('\n');
+    out
+}
+
+/// The columns `bench bw --model` adds after the rails' (MB/s and ratios).
+const MODEL_COLUMNS: &str = ",predicted_multi_hca,ratio_multi_hca,predicted_multi_port,ratio_multi_port";
+
+/// [`header`], plus the model's columns when `model`.
+pub fn header_with_model(nrails: usize, model: bool) -> String {
+    let mut out = header(nrails);
+    if model {
+        out.pop();
+        out.push_str(MODEL_COLUMNS);
+        out.push('\n');
+    }
+    out
+}
+
+/// [`row`], plus the model's predictions (MB/s) and measured/predicted.
+pub fn row_with_model(info: &RunInfo, r: &SizeResult, model: Option<&ModelColumns>) -> String {
+    let mut out = row(info, r);
+    if let Some(m) = model {
+        let (hca, port) = m.megabytes_per_sec();
+        let (rh, rp) = m.ratios(r.value);
+        out.pop();
+        out.push_str(&format!(",{hca},{rh},{port},{rp}\n"));
+    }
     out
 }
 
@@ -113,6 +140,15 @@ mod tests {
                         latency,0,1.5,us,1.25,2,4.5,,1000,100,0.003,false,\
                         \"tcp:127.0.0.1,tcp:127.0.0.2\",\"16K:single,*:adaptive\",polled,65536,262144,64,1,true,0.1.0,0,12\n";
         assert_eq!(csv(&info, &[r]), expected);
+    }
+
+    #[test]
+    fn model_columns_come_last() {
+        assert!(
+            header_with_model(1, true)
+                .ends_with(",rail0_bytes,predicted_multi_hca,ratio_multi_hca,predicted_multi_port,ratio_multi_port\n")
+        );
+        assert_eq!(header_with_model(1, false), header(1));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::info::RunInfo;
+use crate::model::ModelColumns;
 use crate::result::{SizeResult, Unit};
 use crate::spec::Test;
 
@@ -32,6 +33,16 @@ pub struct JsonRecord {
     pub elapsed_s: f64,
     /// Stopped early by the time cap.
     pub capped: bool,
+    /// `bench bw --model`: the NPC'09 predictions in MB/s and
+    /// measured/predicted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_multi_hca: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_multi_hca: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_multi_port: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_multi_port: Option<f64>,
     pub config: JsonConfig,
 }
 
@@ -66,6 +77,13 @@ impl JsonConfig {
 }
 
 pub fn record(info: &RunInfo, r: &SizeResult) -> JsonRecord {
+    record_with_model(info, r, None)
+}
+
+/// [`record`] with the model's predictions and ratios.
+pub fn record_with_model(info: &RunInfo, r: &SizeResult, model: Option<&ModelColumns>) -> JsonRecord {
+    let predicted = model.map(ModelColumns::megabytes_per_sec);
+    let ratios = model.map(|m| m.ratios(r.value));
     JsonRecord {
         test: info.test,
         size: r.size,
@@ -80,6 +98,10 @@ pub fn record(info: &RunInfo, r: &SizeResult) -> JsonRecord {
         warmup: r.warmup,
         elapsed_s: r.elapsed.as_secs_f64(),
         capped: r.capped,
+        predicted_multi_hca: predicted.map(|p| p.0),
+        ratio_multi_hca: ratios.map(|p| p.0),
+        predicted_multi_port: predicted.map(|p| p.1),
+        ratio_multi_port: ratios.map(|p| p.1),
         config: JsonConfig::new(info),
     }
 }
@@ -87,6 +109,11 @@ pub fn record(info: &RunInfo, r: &SizeResult) -> JsonRecord {
 /// One size as one line of JSON (with the newline).
 pub fn line(info: &RunInfo, r: &SizeResult) -> String {
     to_line(&record(info, r))
+}
+
+/// One size as one line of JSON, with the model's columns.
+pub fn line_with_model(info: &RunInfo, r: &SizeResult, model: Option<&ModelColumns>) -> String {
+    to_line(&record_with_model(info, r, model))
 }
 
 /// Every size, one line each.
@@ -170,5 +197,29 @@ mod tests {
             + CONFIG
             + "}\n";
         assert_eq!(lines(&info(Test::MbwMr), &[r]), expected);
+    }
+
+    #[test]
+    fn bw_line_with_model() {
+        let r = SizeResult {
+            size: 4194304,
+            value: 500.0,
+            unit: Unit::MegabytesPerSec,
+            msg_rate: None,
+            percentiles: None,
+            iterations: 3,
+            warmup: 0,
+            rail_bytes: vec![],
+            elapsed: Duration::from_secs(1),
+            capped: false,
+        };
+        let m = crate::model::ModelInput::new(2, &[500e6], Some(800e6), None).unwrap();
+        let m = ModelColumns::new(m, "given");
+        let got = line_with_model(&info(Test::Bw), &r, Some(&m));
+        assert!(
+            got.contains(r#""capped":false,"predicted_multi_hca":1000.0,"ratio_multi_hca":0.5,"predicted_multi_port":800.0,"ratio_multi_port":0.625,"config""#),
+            "{got}"
+        );
+        assert_eq!(serde_json::from_str::<JsonRecord>(&got).unwrap().predicted_multi_port, Some(800.0));
     }
 }

@@ -15,6 +15,7 @@
 use std::fmt::Write;
 
 use crate::info::RunInfo;
+use crate::model::ModelColumns;
 use crate::report::format_size;
 use crate::result::SizeResult;
 use crate::spec::{Test, osu::FIELD_WIDTH};
@@ -25,13 +26,16 @@ const RAIL_WIDTH: usize = 12;
 const PERCENTILES: [u32; 3] = [50, 90, 99];
 
 /// Optional columns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TableOptions {
     /// Per rail: payload MB moved in the timed part and share in percent.
     pub rail_stats: bool,
     /// P50/P90/P99 one-way latency columns (latency tests), named as
     /// OSU's `-z` columns.
     pub percentiles: bool,
+    /// The bandwidth model's predictions and measured/predicted
+    /// (`bench bw --model`), after OSU's columns and before the rails'.
+    pub model: Option<ModelColumns>,
 }
 
 /// The whole table.
@@ -61,6 +65,9 @@ pub fn header(info: &RunInfo, opts: &TableOptions) -> String {
         Test::MultiLat => out.push_str(&format!("# [ pairs: {} ]\n", info.pairs)),
         Test::Latency => {}
     }
+    if let Some(m) = &opts.model {
+        out.push_str(&m.header_line());
+    }
     out.push_str(&columns(info, opts));
     out
 }
@@ -79,6 +86,11 @@ fn columns(info: &RunInfo, opts: &TableOptions) -> String {
     if opts.percentiles && info.test.is_latency() {
         for p in PERCENTILES {
             let _ = write!(out, "{:>w$}", format!("P{p} Tail Lat(us)"));
+        }
+    }
+    if opts.model.is_some() {
+        for c in ["Multi-HCA (MB/s)", "Meas/HCA", "Multi-port (MB/s)", "Meas/port"] {
+            let _ = write!(out, "{c:>w$}");
         }
     }
     if opts.rail_stats {
@@ -108,6 +120,11 @@ pub fn row(info: &RunInfo, r: &SizeResult, opts: &TableOptions) -> String {
             }
             None => out.push_str(&format!("{:>w$}", "-").repeat(PERCENTILES.len())),
         }
+    }
+    if let Some(m) = &opts.model {
+        let (hca, port) = m.megabytes_per_sec();
+        let (rh, rp) = m.ratios(r.value);
+        let _ = write!(out, "{hca:>w$.2}{rh:>w$.3}{port:>w$.2}{rp:>w$.3}");
     }
     if opts.rail_stats {
         for (bytes, share) in r.rail_bytes.iter().zip(r.rail_shares()) {
@@ -201,7 +218,7 @@ mod tests {
         i.validate = true;
         let mut r = result(2, 3.0, Unit::Micros);
         r.percentiles = Some(Percentiles { p50: 2.5, p90: 4.0, p99: 10.25 });
-        let opts = TableOptions { rail_stats: true, percentiles: true };
+        let opts = TableOptions { rail_stats: true, percentiles: true, model: None };
         let expected = String::from("# multirail OSU-style Multi Latency Test v0.1.0\n")
             + CONFIG
             + "# [ pairs: 2 ]\n"
@@ -213,8 +230,24 @@ mod tests {
     }
 
     #[test]
+    fn model_columns_follow_osus() {
+        use crate::model::{ModelColumns, ModelInput};
+        let m = ModelInput::new(2, &[500e6], None, None).unwrap();
+        let opts = TableOptions { model: Some(ModelColumns::new(m, "given: --link")), ..TableOptions::default() };
+        let expected = String::from("# multirail OSU-style Bandwidth Test v0.1.0\n")
+            + CONFIG
+            + "# [ window size: 64 ]\n"
+            + "# model (NPC'09), MB/s: links [500.00, 500.00] (given: --link), NIC bus no limit, host bus no limit \
+               -> multi-HCA 1000.00, multi-port 1000.00\n"
+            + "# Size      Bandwidth (MB/s)  Multi-HCA (MB/s)          Meas/HCA Multi-port (MB/s)         Meas/port\n"
+            + "4194304               750.00           1000.00             0.750           1000.00             0.750\n";
+        let r = result(4194304, 750.0, Unit::MegabytesPerSec);
+        assert_eq!(table(&info(Test::Bw), &[r], &opts), expected);
+    }
+
+    #[test]
     fn missing_percentiles_print_dashes() {
-        let opts = TableOptions { rail_stats: false, percentiles: true };
+        let opts = TableOptions { rail_stats: false, percentiles: true, model: None };
         let line = row(&info(Test::Latency), &result(1, 1.0, Unit::Micros), &opts);
         assert_eq!(line, format!("1{}1.00{}\n", " ".repeat(23), format!("{:>18}", "-").repeat(3)));
     }
