@@ -37,6 +37,9 @@ mod ranges;
 mod recv;
 mod recvbuf;
 mod send;
+mod seqmap;
+
+pub(crate) use seqmap::SeqMap;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -364,7 +367,7 @@ pub(crate) struct Peer {
     /// Messages not started yet (waiting for credits or a rail), in order.
     pub waiting: VecDeque<u64>,
     /// Started messages not yet fully acknowledged.
-    pub out: BTreeMap<u64, OutMsg>,
+    pub out: SeqMap<OutMsg>,
     /// Messages whose plan still has unassigned bytes.
     pub sending: BTreeSet<u64>,
     /// Scratch for `schedule` (kept to avoid an allocation per call).
@@ -584,7 +587,7 @@ impl Core {
             let mut owing: Vec<BTreeSet<(Time, Owed)>> = vec![BTreeSet::new(); n];
             let mut inflight = vec![0u64; n];
             let mut written = vec![0u64; n];
-            for (&seq, m) in &p.out {
+            for (seq, m) in p.out.iter() {
                 match m.state {
                     send::OutState::Rts { rail } => {
                         owing[rail].insert((m.rts_at, Owed::Cts(seq)));
@@ -653,7 +656,7 @@ impl Core {
                 scheds,
                 next_seq: 0,
                 waiting: VecDeque::new(),
-                out: BTreeMap::new(),
+                out: SeqMap::new(),
                 sending: BTreeSet::new(),
                 views_buf: Vec::new(),
                 retx: VecDeque::new(),

@@ -303,7 +303,7 @@ impl Core {
     fn release_acked(&mut self, peer: PeerId) {
         let Some(p) = self.peers.get_mut(&peer) else { return };
         let done: Vec<u64> =
-            p.out.iter().filter(|(_, m)| m.completed && m.unacked == 0 && m.plan_done()).map(|(s, _)| *s).collect();
+            p.out.iter().filter(|(_, m)| m.completed && m.unacked == 0 && m.plan_done()).map(|(s, _)| s).collect();
         for s in done {
             p.out.remove(&s);
         }
@@ -418,7 +418,7 @@ impl Core {
         p.acked_prefix = prefix;
         let mut touched = [false; 8];
         let mut touched_more = false;
-        while let Some(seq) = p.out.range(from..prefix).next().map(|(s, _)| *s) {
+        while let Some(seq) = p.out.first_in(from, prefix) {
             let mut m = p.out.remove(&seq).expect("from range");
             if let OutState::Rts { rail } = m.state {
                 p.settle(rail, m.rts_at, Owed::Cts(seq));
@@ -462,7 +462,7 @@ impl Core {
     /// become orphans for the other rails, and RTSs sent on it go again.
     pub(crate) fn requeue_rail(&mut self, peer: PeerId, rail: RailId, now: Time) {
         let Some(p) = self.peers.get_mut(&peer) else { return };
-        for (&seq, m) in p.out.iter_mut() {
+        for (seq, m) in p.out.iter_mut() {
             for (&off, f) in m.frags.iter_mut() {
                 if f.rail == rail && matches!(f.state, FragState::Queued | FragState::Written) {
                     f.state = FragState::Orphaned;
@@ -531,7 +531,7 @@ fn trim_written_log(p: &mut super::Peer, rail: RailId) {
 /// Fragments written on `rail` before the newest acknowledged one, and
 /// still unacknowledged, were lost (the rail dropped them): re-send them.
 fn detect_losses(p: &mut super::Peer, rail: RailId) {
-    let state = |out: &BTreeMap<u64, OutMsg>, f: &FragRef| -> Option<FragState> {
+    let state = |out: &super::SeqMap<OutMsg>, f: &FragRef| -> Option<FragState> {
         out.get(&f.seq).and_then(|m| m.frags.get(&f.offset)).filter(|fr| fr.rail == rail).map(|fr| fr.state)
     };
     let log = &p.rails[rail].written_log;
