@@ -44,7 +44,13 @@ pub struct ShmStream {
     engine_arms: bool,
     /// We asked the producer for a wake-up and have not withdrawn it.
     armed: bool,
+    /// Empty reads since the doorbell was last looked at (engine mode).
+    empty_reads: u32,
 }
+
+/// In engine mode, a busy loop that never sleeps still looks at the
+/// doorbell (for a dead peer's end-of-file) once per this many empty reads.
+const DOORBELL_EVERY: u32 = 256;
 
 fn ring_err(e: impl Into<ShmError>) -> io::Error {
     e.into().into()
@@ -114,6 +120,7 @@ impl ShmStream {
             shut: false,
             engine_arms: false,
             armed: false,
+            empty_reads: 0,
         }
     }
 
@@ -263,7 +270,20 @@ impl crate::tcp::ByteStream for ShmStream {
                 self.rx.disarm();
                 self.armed = false;
             }
-            return ShmStream::read(self, buf);
+            let r = ShmStream::read(self, buf);
+            if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                // A loop kept busy by other rails may not sleep (and arm)
+                // for long: look for a dead peer now and then.
+                self.empty_reads += 1;
+                if self.empty_reads >= DOORBELL_EVERY {
+                    self.empty_reads = 0;
+                    if self.bell.drain().is_err() {
+                        self.peer_gone = true;
+                        return ShmStream::read(self, buf);
+                    }
+                }
+            }
+            return r;
         }
         let mut n = 0;
         // Ends: each round either reads more (at most `buf.len()` bytes in
@@ -611,6 +631,33 @@ mod tests {
         drop(a);
         assert!(ByteStream::arm(&mut b), "a closed peer: do not sleep");
         assert_eq!(ByteStream::read(&mut b, &mut buf).unwrap(), 0, "clean close: end of stream");
+    }
+
+    /// A loop that never sleeps (busy with other rails) still learns of a
+    /// peer that died without closing, within DOORBELL_EVERY empty reads.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn a_busy_loop_sees_a_dead_peer() {
+        use crate::tcp::ByteStream;
+        let (a, mut b) = ShmStream::pair(4096).unwrap();
+        assert!(!ByteStream::arm(&mut b));
+        let mut buf = [0u8; 64];
+        assert_eq!(ByteStream::read(&mut b, &mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        // Death without closing: the socket goes, the rings stay open.
+        a.bell.shutdown();
+        let mut seen = None;
+        for n in 1..=DOORBELL_EVERY + 1 {
+            match ByteStream::read(&mut b, &mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => {
+                    seen = Some((n, other));
+                    break;
+                }
+            }
+        }
+        let (n, r) = seen.expect("the dead peer was never noticed");
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
+        assert!(n <= DOORBELL_EVERY, "noticed after {n} empty reads");
     }
 
     // --- a real second process -------------------------------------------
