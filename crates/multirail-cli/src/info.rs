@@ -65,8 +65,25 @@ pub fn run(json: bool) -> anyhow::Result<()> {
             spec
         );
     }
+    // Shared memory needs a memfd segment (and abstract Unix sockets, which
+    // Linux always has): try one.
+    let shm = match multirail_transport::shm::Segment::create(4096) {
+        Ok(_) => "available".to_string(),
+        Err(e) => format!("unavailable: {e}"),
+    };
+    println!(
+        "{:<12} {:<6} {:>10} {:>6}  {:<40} shm",
+        "(shm)",
+        "",
+        "",
+        "",
+        format!("shared memory, ranks on one host: {shm}")
+    );
     println!();
-    println!("Use them as MULTIRAIL_RAILS=tcp:IF1,tcp:IF2 (or --rails); default: {}", multirail::DEFAULT_RAILS);
+    println!(
+        "Use them as MULTIRAIL_RAILS=tcp:IF1,tcp:IF2 or shm,tcp:IF1 (or --rails); default: {}",
+        multirail::DEFAULT_RAILS
+    );
     Ok(())
 }
 

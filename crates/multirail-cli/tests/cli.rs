@@ -55,6 +55,7 @@ fn info_lists_loopback() {
     let o = run(&mut multirail(&["info"]));
     assert!(o.status.success());
     assert!(stdout(&o).contains("127.0.0.1"));
+    assert!(stdout(&o).contains("shared memory, ranks on one host: available"), "{}", stdout(&o));
     let o = run(&mut multirail(&["info", "--json"]));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v.as_array().unwrap().iter().any(|i| i["name"] == "lo"));
