@@ -403,4 +403,12 @@ fn shm_peer_killed_mid_transfer_is_an_error_at_once() {
     eprintln!("server noticed the killed peer after {took:?}: {err}");
     assert!(!status.success());
     assert!(err.contains("rank 1") || err.contains("peer 1"), "names the peer: {err}");
+    // Nothing of the killed run is left to trip a new one: segments are
+    // memfds and sockets abstract, so no file names them.
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().contains("multirail")).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "files left in /dev/shm: {left:?}");
+    let again = run(multirail(&["bench", "latency", "--sizes", "8", "--rails", "shm"]).args(TINY));
+    assert!(again.status.success(), "a new shm run after the killed one");
 }
