@@ -328,11 +328,6 @@ fn a_multi_node_job_without_pmix_or_root_fails_at_once_saying_what_to_set() {
     );
 }
 
-/// A free loopback port (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[test]
 fn shm_rail_carries_the_bytes_beside_tcp() {
     let o = run(multirail(&[
@@ -358,49 +353,62 @@ fn shm_rail_carries_the_bytes_beside_tcp() {
     assert!(mb(3) > 0.0 && mb(5) > 0.0, "both rails moved bytes: {out}");
 }
 
-/// Two processes on one shm rail; the client is killed (SIGKILL) in the
-/// middle of a stream. The server must fail on its own, naming the peer,
-/// long before its own setup or peer timeouts would fire.
+/// The rank processes a launcher started, with their MULTIRAIL_RANK.
+fn ranks_of(launcher: u32) -> Vec<(u32, String)> {
+    let kids = std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children")).unwrap_or_default();
+    kids.split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .filter_map(|p| {
+            let env = std::fs::read(format!("/proc/{p}/environ")).ok()?;
+            let rank = env.split(|&b| b == 0).find_map(|v| v.strip_prefix(b"MULTIRAIL_RANK="))?;
+            Some((p, String::from_utf8_lossy(rank).into_owned()))
+        })
+        .collect()
+}
+
+/// Two rank processes on one shm rail; rank 1 is killed (SIGKILL) in the
+/// middle of a stream. Rank 0 must fail on its own, naming the peer, long
+/// before its peer timeout (set to 60 s here) would fire.
 #[test]
 fn shm_peer_killed_mid_transfer_is_an_error_at_once() {
-    let port = free_port().to_string();
-    let bench = ["bench", "bw", "--sizes", "1M", "--iterations", "1000000", "--warmup", "1", "--rails", "shm"];
-    let mut server = multirail(&bench)
-        .args(["--server", "--port", &port])
-        .env("MULTIRAIL_KEY", "shm-kill-test")
-        .env("MULTIRAIL_PEER_TIMEOUT_MS", "60000")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut client = multirail(&bench)
-        .args(["--connect", &format!("127.0.0.1:{port}")])
-        .env("MULTIRAIL_KEY", "shm-kill-test")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // Let the stream run, then kill the client without warning.
+    let mut launcher =
+        multirail(&["bench", "bw", "--sizes", "1M", "--iterations", "1000000", "--warmup", "1", "--rails", "shm"])
+            .env("MULTIRAIL_PEER_TIMEOUT_MS", "60000")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+    let start = std::time::Instant::now();
+    let rank1 = loop {
+        if let Some((pid, _)) = ranks_of(launcher.id()).into_iter().find(|(_, r)| r == "1") {
+            break pid;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) || launcher.try_wait().unwrap().is_some() {
+            let _ = launcher.kill();
+            panic!("rank 1 never started");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Let the stream run, then kill rank 1 without warning.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert!(client.try_wait().unwrap().is_none(), "the client ended before it was killed");
+    assert!(launcher.try_wait().unwrap().is_none(), "the run ended before rank 1 was killed");
     let killed = std::time::Instant::now();
-    client.kill().unwrap();
-    client.wait().unwrap();
+    assert!(Command::new("kill").args(["-9", &rank1.to_string()]).status().unwrap().success());
     let deadline = killed + std::time::Duration::from_secs(20);
     let status = loop {
-        if let Some(s) = server.try_wait().unwrap() {
+        if let Some(s) = launcher.try_wait().unwrap() {
             break s;
         }
         if std::time::Instant::now() > deadline {
-            let _ = server.kill();
-            panic!("the server did not notice its shm peer's death within 20 s");
+            let _ = launcher.kill();
+            panic!("rank 0 did not notice its shm peer's death within 20 s");
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
     let took = killed.elapsed();
     let mut err = String::new();
-    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut err).unwrap();
-    eprintln!("server noticed the killed peer after {took:?}: {err}");
+    std::io::Read::read_to_string(launcher.stderr.as_mut().unwrap(), &mut err).unwrap();
+    eprintln!("the run ended {took:?} after rank 1 was killed: {err}");
     assert!(!status.success());
     assert!(err.contains("rank 1") || err.contains("peer 1"), "names the peer: {err}");
     // Nothing of the killed run is left to trip a new one: segments are
