@@ -59,6 +59,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         return rank::run_with_key(&args, &job, Some(key));
     }
     if let Some(addr) = &args.connect {
+        check_connect(addr)?;
         if !args.quiet {
             eprintln!("# joining the server at {addr}; the server prints the results");
         }
@@ -79,6 +80,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     };
     let (code, _) = launch_local(&args, &extra, &[], false)?;
     Ok(code)
+}
+
+/// `--connect HOST:PORT` must name a server address (said here with the
+/// flag, not later as the MULTIRAIL_ROOT it becomes).
+fn check_connect(addr: &str) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs;
+    let mut found =
+        addr.to_socket_addrs().with_context(|| format!("--connect {addr}: cannot resolve it as HOST:PORT"))?;
+    found.next().with_context(|| format!("--connect {addr}: the host has no address"))?;
+    Ok(())
 }
 
 /// `--model` is for bw, and its rates must parse.
@@ -194,13 +205,13 @@ pub fn parse_sizes(s: &str) -> anyhow::Result<Vec<u64>> {
     if let Some((a, b)) = s.split_once(':') {
         let (lo, hi) = (parse_size(a).map_err(anyhow::Error::msg)?, parse_size(b).map_err(anyhow::Error::msg)?);
         if lo > hi {
-            bail!("--sizes {s}: the range must go from small to large");
+            bail!("the range must go from small to large");
         }
         return Ok(multirail_perf::osu_sizes(lo, hi));
     }
     let v: Vec<u64> = s.split(',').map(|x| parse_size(x).map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
     if v.is_empty() {
-        bail!("--sizes: no sizes given");
+        bail!("no sizes given");
     }
     Ok(v)
 }
@@ -210,7 +221,7 @@ pub fn spec_of(args: &BenchArgs, ranks: u32) -> anyhow::Result<BenchSpec> {
     let test = test_of(args.test);
     let mut spec = BenchSpec::new(test);
     if let Some(s) = &args.sizes {
-        spec.sizes = parse_sizes(s)?;
+        spec.sizes = parse_sizes(s).with_context(|| format!("--sizes {s}"))?;
     }
     spec.iterations = args.iterations;
     spec.warmup = args.warmup;
@@ -221,9 +232,11 @@ pub fn spec_of(args: &BenchArgs, ranks: u32) -> anyhow::Result<BenchSpec> {
     Ok(spec)
 }
 
-/// Settings: defaults, then MULTIRAIL_* variables, then flags.
+/// Settings: defaults, then MULTIRAIL_* variables, then flags. A value
+/// from a flag is checked in the flag's name and quoted as typed.
 pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
-    let mut c = Config::from_env()?;
+    let mut c = Config::default();
+    c.read_env()?;
     if let Some(r) = &args.rails {
         c.rails = multirail_transport::RailSpec::parse_list(r).map_err(|e| anyhow::anyhow!("--rails {r}: {e}"))?;
     }
@@ -234,10 +247,23 @@ pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
         c.progress = p.parse().map_err(|e| anyhow::anyhow!("--progress: {e}"))?;
     }
     if let Some(v) = &args.eager_limit {
-        c.proto.eager_limit = parse_size(v).map_err(|e| anyhow::anyhow!("--eager-limit: {e}"))?;
+        c.proto.eager_limit = parse_size(v).map_err(|e| anyhow::anyhow!("--eager-limit {v}: {e}"))?;
+        if c.proto.eager_limit > c.proto.unexpected_limit {
+            bail!(
+                "--eager-limit {v} is above MULTIRAIL_UNEXPECTED_LIMIT ({}): {}",
+                format_size(c.proto.unexpected_limit),
+                multirail::EAGER_ABOVE_UNEXPECTED
+            );
+        }
     }
     if let Some(v) = &args.chunk {
-        c.proto.chunk = parse_size(v).map_err(|e| anyhow::anyhow!("--chunk: {e}"))?;
+        c.proto.chunk = c.parse_chunk(v).map_err(|e| anyhow::anyhow!("--chunk {v}: {e}"))?;
+        if c.proto.chunk > c.proto.rail_window {
+            bail!(
+                "--chunk {v} is above MULTIRAIL_RAIL_WINDOW ({}): a rail must hold at least one chunk in flight",
+                format_size(c.proto.rail_window)
+            );
+        }
     }
     if args.checksum {
         c.proto.checksum = true;

@@ -1,7 +1,12 @@
 //! Command-line definitions. Flags are parsed here and validated into
-//! plans elsewhere (`bench::Plan`, `launch::Mode`).
+//! plans elsewhere (`bench::Plan`, `launch::Mode`). This file depends on
+//! clap and multirail's defaults only: `tests/docs.rs` includes it to parse
+//! the README's examples without running them.
+
+use std::ffi::OsString;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use multirail_proto::units::format_size;
 
 const ABOUT: &str =
     "Several network links as one fast, ordered, reliable message channel — and the tools to measure it.";
@@ -14,7 +19,7 @@ processes, and measures interconnects the way HPC engineers do.
 Start here:
   multirail info                       which rails this machine has
   multirail bench latency              OSU-style latency over two loopback rails
-  multirail bench bw --rails tcp:127.0.0.1 --compare policy=single policy=adaptive
+  multirail bench bw --compare policy='*:single' policy='*:adaptive'   one rail vs both
   multirail bench bw --sizes 1K:4M --plot bw.svg    the same numbers as a plot
   multirail model --rails 2 --link 2GB/s --nic 2GB/s --host 4GB/s   predicted bandwidth
   sudo multirail testbed up --rate 1gbit,3gbit    an emulated dual-rail cluster
@@ -22,11 +27,150 @@ Start here:
 
 Settings can also come from MULTIRAIL_* environment variables (see the README).";
 
+const EXIT_STATUS: &str = "\
+Exit status:
+  0  success
+  1  bench: a payload check failed (--validate; the table shows Fail);
+     testbed status: no testbed with that prefix
+  2  any other error: a bad flag, value or MULTIRAIL_* variable, a rank
+     that failed or was killed by a signal, a network or setup failure
+  run and testbed exec end with the exit status of the first rank (or the
+  command) that failed; one killed by a signal gives 2.";
+
+/// The arguments as clap should see them: every `--compare` value is
+/// attached (`--compare=policy=*:single`), so that the first word after
+/// the configurations without a `=` (`bw`) is not taken as one more.
+/// Everything after `--` is left alone (it belongs to another program).
+pub fn split_compare(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut in_compare = false;
+    let mut after_dashes = false;
+    for a in args {
+        let text = a.to_str().unwrap_or("");
+        if after_dashes {
+            out.push(a);
+            continue;
+        }
+        if text == "--" {
+            after_dashes = true;
+            in_compare = false;
+        } else if text == "--compare" {
+            in_compare = true;
+            continue;
+        } else if in_compare && text.contains('=') && !text.starts_with('-') {
+            out.push(OsString::from(format!("--compare={text}")));
+            continue;
+        } else {
+            in_compare = text.starts_with("--compare=");
+        }
+        out.push(a);
+    }
+    if in_compare && !out.last().is_some_and(|a| a.to_str().is_some_and(|t| t.starts_with("--compare="))) {
+        // `--compare` with no configuration after it: clap says so.
+        out.push("--compare".into());
+    }
+    out
+}
+
+/// Parses this process's arguments (exits with clap's message and status 2
+/// on a usage error).
+pub fn parse() -> Cli {
+    Cli::parse_from(split_compare(std::env::args_os()))
+}
+
+/// The log levels `--log` and MULTIRAIL_LOG take.
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// `--log` / MULTIRAIL_LOG: a level, or comma-separated `TARGET=LEVEL`
+/// directives (`warn,multirail=debug`). Anything else is refused rather
+/// than read as a target name that matches nothing.
+fn log_filter(s: &str) -> Result<String, String> {
+    let directives: Vec<&str> = s.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    let why = || {
+        format!(
+            "choose a level ({}) or per-module levels like warn,multirail=debug (also from MULTIRAIL_LOG)",
+            LOG_LEVELS.join(", ")
+        )
+    };
+    if directives.is_empty() {
+        return Err(format!("no log level: {}", why()));
+    }
+    for d in directives {
+        let (target, level) = d.rsplit_once('=').unwrap_or(("x", d));
+        let target_ok = !target.is_empty() && target.chars().all(|c| c.is_ascii_alphanumeric() || "_:-".contains(c));
+        if !target_ok || !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!("'{d}' is not a log level: {}", why()));
+        }
+    }
+    Ok(s.to_string())
+}
+
+/// A `--compare` configuration must hold an assignment.
+fn compare_config(s: &str) -> Result<String, String> {
+    match s.contains('=') {
+        true => Ok(s.to_string()),
+        false => Err(format!("'{s}' is not a configuration: expected KEY=VALUE[;KEY=VALUE], e.g. policy=*:single")),
+    }
+}
+
+/// Help of a multirail setting: what it is, its default and variable.
+fn setting_help(what: &str, default: impl std::fmt::Display, var: &str) -> String {
+    format!("{what} [default: {default}] [env: {var}]")
+}
+
+fn rails_help() -> String {
+    setting_help(
+        "Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, or shm (shared memory, ranks on one host)",
+        multirail::DEFAULT_RAILS,
+        "MULTIRAIL_RAILS",
+    )
+}
+
+fn policy_help() -> String {
+    setting_help(
+        "Scheduling policy table by message size; policies: single, spread, round-robin, stripe, weighted, adaptive",
+        multirail::Config::default().proto.policy,
+        "MULTIRAIL_POLICY",
+    )
+}
+
+fn progress_help() -> String {
+    setting_help("Progress engine: polled or threaded", multirail::Config::default().progress, "MULTIRAIL_PROGRESS")
+}
+
+fn eager_limit_help() -> String {
+    let d = multirail::Config::default().proto;
+    setting_help(
+        &format!(
+            "Largest eager message, e.g. 64K; at most the unexpected limit ({}, MULTIRAIL_UNEXPECTED_LIMIT)",
+            format_size(d.unexpected_limit)
+        ),
+        format_size(d.eager_limit),
+        "MULTIRAIL_EAGER_LIMIT",
+    )
+}
+
+fn chunk_help() -> String {
+    setting_help(
+        "Largest chunk per rail and frame, e.g. 64K",
+        format_size(multirail::Config::default().proto.chunk),
+        "MULTIRAIL_CHUNK",
+    )
+}
+
 #[derive(Debug, Parser)]
-#[command(name = "multirail", version, about = ABOUT, long_about = LONG_ABOUT, args_override_self = true)]
+#[command(
+    name = "multirail",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = EXIT_STATUS,
+    args_override_self = true
+)]
 pub struct Cli {
-    /// Log level filter (error, warn, info, debug, trace); also MULTIRAIL_LOG.
-    #[arg(long, global = true, env = "MULTIRAIL_LOG", default_value = "warn")]
+    /// Log level: off, error, warn, info, debug or trace, or per module
+    /// (warn,multirail=debug).
+    #[arg(long, global = true, env = "MULTIRAIL_LOG", default_value = "warn", value_parser = log_filter)]
     pub log: String,
     #[command(subcommand)]
     pub command: Command,
@@ -57,6 +201,20 @@ pub enum Command {
     /// (the NPC'09 uDAPL study's model).
     #[command(long_about = MODEL_ABOUT)]
     Model(ModelArgs),
+    /// Print a shell completion script, e.g.
+    /// `multirail completions bash > ~/.local/share/bash-completion/completions/multirail`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), made from these definitions:
+    /// `multirail man > multirail.1; man ./multirail.1`.
+    Man {
+        /// A subcommand's page instead (bench, testbed, run, model, info):
+        /// `multirail man bench > multirail-bench.1`.
+        command: Option<String>,
+    },
 }
 
 const MODEL_ABOUT: &str = "\
@@ -167,28 +325,23 @@ pub struct BenchArgs {
     /// Use only the first N rails of the testbed (e.g. 1 for a single-rail baseline).
     #[arg(long, value_name = "N", help_heading = "Ranks")]
     pub testbed_rails: Option<usize>,
-    /// Pin local ranks to CPUs: `none`, `auto` (rank i on CPU i mod #CPUs) or a list `0,1`.
+    /// Pin local ranks to CPUs: `none`, `auto` (rank i on the i-th usable
+    /// CPU) or a list `0,1` (at most one CPU per rank; a shorter list is
+    /// reused in turn).
     #[arg(long, default_value = "none", help_heading = "Ranks")]
     pub pin: String,
 
-    /// Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, or shm (shared memory, ranks on one host) [env: MULTIRAIL_RAILS]
-    /// Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2 or tcp:eth0,tcp:eth1 [env: MULTIRAIL_RAILS]
-    #[arg(long, help_heading = "multirail", conflicts_with = "testbed")]
+    #[arg(long, help = rails_help(), help_heading = "multirail", conflicts_with = "testbed")]
     pub rails: Option<String>,
-    /// Scheduling policy table by message size (default 16K:spread,*:adaptive);
-    /// policies: single, spread, round-robin, stripe, weighted, adaptive [env: MULTIRAIL_POLICY]
-    #[arg(long, help_heading = "multirail")]
+    #[arg(long, help = policy_help(), help_heading = "multirail")]
     pub policy: Option<String>,
-    /// Progress engine: polled or threaded [env: MULTIRAIL_PROGRESS]
-    #[arg(long, help_heading = "multirail")]
+    #[arg(long, help = progress_help(), help_heading = "multirail")]
     pub progress: Option<String>,
-    /// Largest eager message, e.g. 64K [env: MULTIRAIL_EAGER_LIMIT]
-    #[arg(long, help_heading = "multirail")]
+    #[arg(long, help = eager_limit_help(), help_heading = "multirail")]
     pub eager_limit: Option<String>,
-    /// Largest chunk per rail and frame, e.g. 256K [env: MULTIRAIL_CHUNK]
-    #[arg(long, help_heading = "multirail")]
+    #[arg(long, help = chunk_help(), help_heading = "multirail")]
     pub chunk: Option<String>,
-    /// Checksum every payload (CRC32C) [env: MULTIRAIL_CHECKSUM]
+    /// Checksum every payload (CRC32C) [default: off] [env: MULTIRAIL_CHECKSUM=1]
     #[arg(long, help_heading = "multirail")]
     pub checksum: bool,
 
@@ -206,7 +359,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 64, help_heading = "Benchmark")]
     pub window: u32,
     /// Rank pairs (mbw_mr, multi_lat).
-    #[arg(long, default_value_t = 1, help_heading = "Benchmark")]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Benchmark")]
     pub pairs: u32,
     /// The receiver checks every byte of every message; a mismatch exits non-zero.
     #[arg(long, help_heading = "Benchmark")]
@@ -223,11 +376,19 @@ pub struct BenchArgs {
     /// Compare configurations side by side (medians over rounds, ratio to
     /// the first): e.g. --compare policy=*:single policy=*:adaptive. Keys:
     /// policy, rails, progress, eager-limit, chunk, window, testbed-rails,
-    /// and env:NAME (an environment variable for the ranks).
-    #[arg(long, num_args = 1.., value_name = "KEY=VALUE[;KEY=VALUE]", help_heading = "Comparison")]
+    /// and env:NAME=VALUE (an environment variable for the ranks). The
+    /// first word without a `=` after them is the test:
+    /// `bench --compare policy=*:single policy=*:stripe bw`.
+    #[arg(
+        long,
+        num_args = 1..,
+        value_parser = compare_config,
+        value_name = "KEY=VALUE[;KEY=VALUE]",
+        help_heading = "Comparison"
+    )]
     pub compare: Vec<String>,
     /// Rounds per configuration in --compare.
-    #[arg(long, default_value_t = 5, help_heading = "Comparison")]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Comparison")]
     pub rounds: u32,
 
     // ----- model -----
@@ -301,23 +462,32 @@ pub enum TestbedCommand {
         #[arg(long, default_value = "mr")]
         prefix: String,
     },
-    /// Remove everything the testbed made (safe to repeat).
+    /// Remove everything the testbed made (safe to repeat; exits 0 when
+    /// there was nothing to remove).
     Down {
+        /// Prefix of the testbed to remove (as given to `testbed up`).
         #[arg(long, default_value = "mr")]
         prefix: String,
     },
-    /// Show hosts, rails, addresses and rates.
+    /// Show hosts, rails, addresses and rates (exits 1 when there is no
+    /// testbed with this prefix).
     Status {
+        /// Prefix of the testbed to show (as given to `testbed up`).
         #[arg(long, default_value = "mr")]
         prefix: String,
+        /// Print the status as one JSON object.
         #[arg(long)]
         json: bool,
     },
     /// Run a command inside a host: multirail testbed exec host0 -- ip addr
+    /// (exits with the command's status).
     Exec {
+        /// The host: host0, host1, ... (or its number).
         host: String,
+        /// Prefix of the testbed (as given to `testbed up`).
         #[arg(long, default_value = "mr")]
         prefix: String,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
@@ -331,9 +501,11 @@ pub struct RunArgs {
     /// Run rank i in testbed host i, with MULTIRAIL_RAILS set to its rails.
     #[arg(long)]
     pub testbed: bool,
+    /// Name prefix of the testbed to use (with --testbed).
     #[arg(long, default_value = "mr")]
     pub testbed_prefix: String,
-    /// Pin ranks to CPUs: none, auto or a list.
+    /// Pin ranks to CPUs: `none`, `auto` (rank i on the i-th usable CPU) or a
+    /// list `0,1` (at most one CPU per rank; a shorter list is reused in turn).
     #[arg(long, default_value = "none")]
     pub pin: String,
     /// The program and its arguments.

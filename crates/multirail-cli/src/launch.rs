@@ -3,6 +3,7 @@
 //! launcher (us, mpirun, srun) started this process.
 
 use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, bail};
@@ -44,22 +45,71 @@ pub fn free_port(ip: &str) -> anyhow::Result<u16> {
 }
 
 /// Parses `--pin`: `none`, `auto` or a CPU list; returns a CPU per rank.
+/// Every CPU must be one this process may run on (checked here, before
+/// any rank starts, rather than by `taskset` in each rank), and a list
+/// may not name more CPUs than there are ranks (the rest would be
+/// ignored).
 pub fn parse_pin(s: &str, ranks: u32) -> anyhow::Result<Vec<Option<usize>>> {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    pin_on(s, ranks, &usable_cpus())
+}
+
+fn pin_on(s: &str, ranks: u32, usable: &[usize]) -> anyhow::Result<Vec<Option<usize>>> {
     match s.trim() {
         "none" | "" => Ok(vec![None; ranks as usize]),
-        "auto" => Ok((0..ranks as usize).map(|r| Some(r % cpus)).collect()),
+        "auto" => Ok((0..ranks as usize).map(|r| usable.get(r % usable.len().max(1)).copied()).collect()),
         list => {
             let v: Vec<usize> = list
                 .split(',')
                 .map(|x| x.trim().parse::<usize>().with_context(|| format!("--pin {s}: '{x}' is not a CPU number")))
                 .collect::<anyhow::Result<_>>()?;
-            if v.is_empty() {
-                bail!("--pin {s}: empty CPU list");
+            if v.len() > ranks as usize {
+                bail!(
+                    "--pin {s}: {} CPUs for {ranks} ranks; give at most one per rank (a shorter list is reused in turn)",
+                    v.len()
+                );
+            }
+            if let Some(bad) = v.iter().find(|c| !usable.contains(c)) {
+                bail!("--pin {s}: CPU {bad} does not exist or is not usable here (usable: {})", cpu_list(usable));
             }
             Ok((0..ranks as usize).map(|r| Some(v[r % v.len()])).collect())
         }
     }
+}
+
+/// The CPUs this process may run on: its affinity mask as the kernel
+/// reports it in /proc/self/status (what sched_getaffinity returns),
+/// else 0..available_parallelism.
+pub fn usable_cpus() -> Vec<usize> {
+    let from_proc = std::fs::read_to_string("/proc/self/status").ok().and_then(|st| {
+        st.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(|l| parse_cpu_list(l.trim()))
+    });
+    from_proc.unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect())
+}
+
+/// `0-3,8,10-11` (the kernel's CPU list format).
+fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+        out.extend(a..=b);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The kernel's CPU list format back from a sorted list: `0-3,8`.
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j { cpus[i].to_string() } else { format!("{}-{}", cpus[i], cpus[j]) });
+        i = j + 1;
+    }
+    parts.join(",")
 }
 
 /// A command line for one rank: `[ip netns exec NS] [taskset -c CPU] PROGRAM ARGS`.
@@ -78,7 +128,8 @@ pub fn rank_command(program: &str, args: &[String], cpu: Option<usize>, netns: O
     cmd
 }
 
-/// Waits for every child; the first failure wins.
+/// Waits for every child; the first failure wins. A rank killed by a
+/// signal is named with its signal and makes the exit status 2.
 pub fn wait_all(mut children: Vec<(u32, Child)>) -> anyhow::Result<i32> {
     let mut code = 0;
     let mut failed_at: Option<std::time::Instant> = None;
@@ -88,9 +139,14 @@ pub fn wait_all(mut children: Vec<(u32, Child)>) -> anyhow::Result<i32> {
             let (rank, c) = &mut children[i];
             match c.try_wait().with_context(|| format!("waiting for rank {rank}"))? {
                 Some(st) => {
+                    if let Some(sig) = st.signal() {
+                        eprintln!("multirail: rank {rank} was killed by signal {sig} ({})", signal_name(sig));
+                    }
                     if !st.success() && code == 0 {
-                        code = st.code().unwrap_or(1);
-                        eprintln!("multirail: rank {rank} exited with {st}");
+                        code = exit_code(st);
+                        if st.signal().is_none() {
+                            eprintln!("multirail: rank {rank} exited with {st}");
+                        }
                         failed_at = Some(std::time::Instant::now());
                     }
                     children.swap_remove(i);
@@ -110,6 +166,36 @@ pub fn wait_all(mut children: Vec<(u32, Child)>) -> anyhow::Result<i32> {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     Ok(code)
+}
+
+/// A child's exit status as ours: its code, or 2 (an error) when a
+/// signal ended it.
+pub fn exit_code(st: std::process::ExitStatus) -> i32 {
+    st.code().unwrap_or(2)
+}
+
+/// The usual name of a signal number on Linux.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGSYS => "SIGSYS",
+        _ => "a signal",
+    }
 }
 
 /// How long the other ranks may run on after one failed.
@@ -134,9 +220,27 @@ mod tests {
     #[test]
     fn pin_lists() {
         assert_eq!(parse_pin("none", 2).unwrap(), vec![None, None]);
-        assert_eq!(parse_pin("3,5", 3).unwrap(), vec![Some(3), Some(5), Some(3)]);
+        assert_eq!(pin_on("3,5", 3, &[0, 3, 5]).unwrap(), vec![Some(3), Some(5), Some(3)]);
         assert!(parse_pin("a", 1).is_err());
-        assert_eq!(parse_pin("auto", 1).unwrap(), vec![Some(0)]);
+        assert_eq!(parse_pin("auto", 1).unwrap(), vec![Some(usable_cpus()[0])]);
+    }
+
+    #[test]
+    fn pin_checks_cpus_and_counts() {
+        let usable = [0, 1, 2, 3];
+        assert_eq!(pin_on("0,1", 4, &usable).unwrap(), vec![Some(0), Some(1), Some(0), Some(1)]);
+        let e = pin_on("99,98", 2, &usable).unwrap_err().to_string();
+        assert!(e.contains("--pin 99,98") && e.contains("CPU 99") && e.contains("usable: 0-3"), "{e}");
+        let e = pin_on("0,1,2", 2, &usable).unwrap_err().to_string();
+        assert!(e.contains("3 CPUs for 2 ranks"), "{e}");
+        assert_eq!(pin_on("auto", 3, &[2, 3]).unwrap(), vec![Some(2), Some(3), Some(2)]);
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(parse_cpu_list(""), None);
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
     }
 
     #[test]

@@ -5,16 +5,15 @@
 
 mod bench;
 mod cli;
+mod docs;
 mod info;
 mod launch;
 mod model;
 mod run;
 mod testbed;
 
-use clap::Parser;
-
 fn main() {
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
@@ -29,6 +28,8 @@ fn main() {
         cli::Command::Testbed { command } => testbed::run(command),
         cli::Command::Run(args) => run::run(args),
         cli::Command::Model(args) => model::run(&args).map(|()| 0),
+        cli::Command::Completions { shell } => docs::completions(shell).map(|()| 0),
+        cli::Command::Man { command } => docs::man(command.as_deref()).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -39,7 +39,10 @@ pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
         }
         TestbedCommand::Exec { host, prefix, cmd } => {
             let st = tb::run_in_host(&prefix.parse()?, tb::parse_host(&host)?, &cmd)?;
-            Ok(st.code().unwrap_or(1))
+            if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&st) {
+                eprintln!("multirail: {} was killed by signal {sig} ({})", cmd[0], crate::launch::signal_name(sig));
+            }
+            Ok(crate::launch::exit_code(st))
         }
     }
 }

@@ -420,3 +420,109 @@ fn shm_peer_killed_mid_transfer_is_an_error_at_once() {
     let again = run(multirail(&["bench", "latency", "--sizes", "8", "--rails", "shm"]).args(TINY));
     assert!(again.status.success(), "a new shm run after the killed one");
 }
+
+/// stderr of a run that must fail with `code`.
+fn fails_with(c: &mut Command, code: i32) -> String {
+    let o = c.output().expect("multirail runs");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(code), "exit status; stderr: {err}");
+    err
+}
+
+#[test]
+fn a_cpu_that_does_not_exist_in_pin_is_an_error_naming_pin_exit_2() {
+    let err = fails_with(&mut multirail(&["bench", "latency", "--sizes", "8", "--pin", "99,98"]), 2);
+    assert!(err.contains("--pin 99,98") && err.contains("CPU 99") && err.contains("usable"), "{err}");
+    assert!(!err.contains("taskset"), "checked before any rank starts: {err}");
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_exits_2_naming_rank_and_signal() {
+    let script = r#"if [ "$MULTIRAIL_RANK" = 1 ]; then kill -KILL $$; fi"#;
+    let err = fails_with(&mut multirail(&["run", "-n", "2", "--", "sh", "-c", script]), 2);
+    assert!(err.contains("rank 1 was killed by signal 9 (SIGKILL)"), "{err}");
+}
+
+#[test]
+fn testbed_status_without_a_testbed_exits_1_as_documented() {
+    let err = fails_with(&mut multirail(&["testbed", "status", "--prefix", "zzq"]), 1);
+    assert!(err.contains("no testbed with prefix 'zzq'"), "{err}");
+    let help = stdout(&run(&mut multirail(&["--help"])));
+    assert!(help.contains("Exit status:") && help.contains("testbed status: no testbed"), "{help}");
+}
+
+#[test]
+fn a_failed_validation_prints_a_fail_row_and_exits_1() {
+    let mut c = multirail(&["bench", "bw", "--sizes", "64K", "--validate", "--policy", "*:stripe"]);
+    c.args(TINY).env("MULTIRAIL_FAULTS", "0:corrupt=0.5,seed=1");
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = stdout(&o);
+    let row: Vec<&str> =
+        t.lines().find(|l| l.starts_with("65536")).expect("a row for the failed size").split_whitespace().collect();
+    assert_eq!(row.last(), Some(&"Fail"), "{t}");
+}
+
+#[test]
+fn nothing_is_accepted_silently() {
+    for (args, env, needle) in [
+        (vec!["--pairs", "0"], None, "--pairs"),
+        (vec!["--rounds", "0", "--compare", "policy=*:single"], None, "--rounds"),
+        (vec!["--log", "bogus"], None, "'bogus' is not a log level"),
+        (vec![], Some(("MULTIRAIL_LOG", "bogus")), "'bogus' is not a log level"),
+        (vec![], Some(("MULTIRAIL_CHECKSUM", "2")), "MULTIRAIL_CHECKSUM=2"),
+        (vec![], Some(("MULTIRAIL_CHECKSUM", "enabled")), "MULTIRAIL_CHECKSUM=enabled"),
+        (vec![], Some(("MULTIRAIL_EAGER_LIMIT", "1T")), "above MULTIRAIL_UNEXPECTED_LIMIT"),
+        (vec!["--eager-limit", "16M"], None, "--eager-limit 16M is above MULTIRAIL_UNEXPECTED_LIMIT"),
+        (vec!["--pin", "0,1,2,99"], None, "4 CPUs for 2 ranks"),
+    ] {
+        let mut c = multirail(&["bench", "bw", "--sizes", "8"]);
+        c.args(&args).args(TINY);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let err = fails_with(&mut c, 2);
+        assert!(err.contains(needle), "{args:?} {env:?}: {err}");
+    }
+}
+
+#[test]
+fn checksum_and_spin_are_in_the_table_header_and_the_json_config() {
+    let mut c = multirail(&["bench", "latency", "--sizes", "8"]);
+    c.args(TINY).env("MULTIRAIL_CHECKSUM", "TRUE").env("MULTIRAIL_SPIN_US", "7");
+    let t = stdout(&run(&mut c));
+    assert!(t.contains("checksum: on  spin: 7us"), "{t}");
+    let mut c = multirail(&["bench", "latency", "--sizes", "8", "--json"]);
+    c.args(TINY).env("MULTIRAIL_CHECKSUM", "off").env("MULTIRAIL_SPIN_US", "7");
+    let v: serde_json::Value = serde_json::from_str(stdout(&run(&mut c)).lines().next().unwrap()).unwrap();
+    assert_eq!((v["config"]["checksum"].as_bool(), v["config"]["spin_us"].as_u64()), (Some(false), Some(7)), "{v}");
+}
+
+#[test]
+fn messages_name_what_the_user_typed() {
+    for (args, env, needle, not) in [
+        (vec!["--chunk", "0"], None, "--chunk 0", Some("MULTIRAIL_CHUNK")),
+        (vec!["--connect", "nohost:1"], None, "--connect nohost:1", Some("MULTIRAIL_ROOT")),
+        (vec!["--rails", "tcp:999.1.1.1"], None, "'999.1.1.1' is not a valid IP address", Some("no interface")),
+        (vec!["--sizes", "abc"], None, "--sizes abc", None),
+        (vec![], Some(("MULTIRAIL_CHUNK", "1T")), "MULTIRAIL_CHUNK=1T", Some("1099511627776")),
+    ] {
+        let mut c = multirail(&["bench", "bw"]);
+        c.args(&args).args(TINY);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let err = fails_with(&mut c, 2);
+        assert!(err.contains(needle) && !not.is_some_and(|n| err.contains(n)), "{args:?} {env:?}: {err}");
+    }
+}
+
+#[test]
+fn compare_does_not_swallow_the_test_name() {
+    let mut c = multirail(&["bench", "--compare", "policy=*:single", "policy=*:stripe", "bw"]);
+    c.args(["--sizes", "1M", "--rounds", "1", "--quiet"]).args(TINY);
+    let o = run(&mut c);
+    assert!(o.status.success());
+    let t = stdout(&o);
+    assert!(t.contains("bench bw --compare") && t.contains("(policy=*:single: 1, policy=*:stripe: 1)"), "{t}");
+}

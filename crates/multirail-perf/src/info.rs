@@ -16,6 +16,11 @@ pub struct RunInfo {
     pub progress: String,
     pub eager_limit: u64,
     pub chunk: u64,
+    /// CRC32C on every payload (MULTIRAIL_CHECKSUM, `--checksum`).
+    pub checksum: bool,
+    /// How long a waiting thread busy-polls, in microseconds
+    /// (MULTIRAIL_SPIN_US; from an endpoint, the value in force).
+    pub spin_us: u64,
     pub window: u32,
     pub pairs: u32,
     pub validate: bool,
@@ -32,6 +37,8 @@ impl RunInfo {
             progress: cfg.progress.to_string(),
             eager_limit: cfg.proto.eager_limit,
             chunk: cfg.proto.chunk,
+            checksum: cfg.proto.checksum,
+            spin_us: u64::try_from(cfg.spin.as_micros()).unwrap_or(u64::MAX),
             window: spec.window,
             pairs: spec.pairs,
             validate: spec.validate,

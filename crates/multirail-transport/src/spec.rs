@@ -110,6 +110,10 @@ impl FromStr for RailSpec {
         }
         let local = match target.parse::<IpAddr>() {
             Ok(ip) => Local::Addr(ip),
+            // Digits and dots are an address with a typo, not an interface.
+            Err(e) if target.contains('.') && target.chars().all(|c| c.is_ascii_digit() || c == '.') => {
+                return Err(format!("rail '{t}': '{target}' is not a valid IP address ({e})"));
+            }
             Err(_) if target.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)) && target.len() < 16 => {
                 Local::Iface(target.to_string())
             }
@@ -148,6 +152,9 @@ mod tests {
         assert!("udp:1.2.3.4".parse::<RailSpec>().unwrap_err().contains("expected tcp:"));
         assert!("tcp:".parse::<RailSpec>().is_err());
         assert!("tcp:a b".parse::<RailSpec>().is_err());
+        let e = "tcp:999.1.1.1".parse::<RailSpec>().unwrap_err();
+        assert!(e.contains("'999.1.1.1' is not a valid IP address"), "{e}");
+        assert_eq!("tcp:eth0.100".parse::<RailSpec>().unwrap().local, Local::Iface("eth0.100".into()));
         assert!("tcp:1.2.3.4@fast".parse::<RailSpec>().is_err());
         assert_eq!("tcp:::1".parse::<RailSpec>().unwrap().local, Local::Addr("::1".parse().unwrap()));
         let v = RailSpec::parse_list("shm,tcp:127.0.0.1").unwrap();

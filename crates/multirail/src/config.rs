@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use multirail_proto::core::Config as ProtoConfig;
 use multirail_proto::sched::PolicyTable;
-use multirail_proto::units::parse_size;
+use multirail_proto::units::{format_size, parse_size};
 use multirail_transport::RailSpec;
 use multirail_transport::fault::FaultConfig;
 use multirail_transport::tcp::SocketOptions;
@@ -103,6 +103,22 @@ impl Default for Config {
     }
 }
 
+/// Why the eager limit may not exceed the unexpected limit (the end of
+/// the error that says so, whichever setting the user typed).
+pub const EAGER_ABOVE_UNEXPECTED: &str = "an eager message can arrive before its receive is posted, and a \
+     receiver refuses one larger than the unexpected bytes it buffers per peer; lower the eager limit (larger \
+     messages then use rendezvous) or raise MULTIRAIL_UNEXPECTED_LIMIT";
+
+/// An on/off setting: `1`, `true`, `yes`, `on` or `0`, `false`, `no`,
+/// `off`, in any case. Anything else is an error, never silently off.
+pub fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("expected 1/0, true/false, yes/no or on/off".into()),
+    }
+}
+
 /// Reads an environment variable, treating empty as unset.
 pub(crate) fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
@@ -130,8 +146,18 @@ impl Config {
         Ok(c)
     }
 
-    /// Overrides fields from the `MULTIRAIL_*` environment variables.
+    /// Overrides fields from the `MULTIRAIL_*` environment variables and
+    /// checks the result.
     pub fn apply_env(&mut self) -> Result<(), Error> {
+        self.read_env()?;
+        self.validate()
+    }
+
+    /// Overrides fields from the `MULTIRAIL_*` environment variables,
+    /// checking each value on its own (quoted as typed) but not their
+    /// combination: a launcher applies its flags on top, then calls
+    /// [`Config::validate`].
+    pub fn read_env(&mut self) -> Result<(), Error> {
         if let Some(v) = env("MULTIRAIL_RAILS") {
             self.rails = RailSpec::parse_list(&v).map_err(|e| bad("MULTIRAIL_RAILS", &v, e))?;
         }
@@ -152,8 +178,8 @@ impl Config {
         if let Some(v) = env_size("MULTIRAIL_UNEXPECTED_LIMIT")? {
             self.proto.unexpected_limit = v;
         }
-        if let Some(v) = env_size("MULTIRAIL_CHUNK")? {
-            self.proto.chunk = v;
+        if let Some(v) = env("MULTIRAIL_CHUNK") {
+            self.proto.chunk = self.parse_chunk(&v).map_err(|e| bad("MULTIRAIL_CHUNK", &v, e))?;
         }
         if let Some(v) = env_size("MULTIRAIL_RAIL_WINDOW")? {
             self.proto.rail_window = v;
@@ -207,7 +233,7 @@ impl Config {
             };
         }
         if let Some(v) = env("MULTIRAIL_CHECKSUM") {
-            self.proto.checksum = matches!(v.trim(), "1" | "true" | "yes" | "on");
+            self.proto.checksum = parse_switch(&v).map_err(|e| bad("MULTIRAIL_CHECKSUM", &v, e))?;
         }
         if let Some(v) = env("MULTIRAIL_KEY") {
             self.key = Some(v.into_bytes());
@@ -221,7 +247,19 @@ impl Config {
         if let Some(v) = env("MULTIRAIL_FAULTS") {
             self.faults = parse_faults(&v).map_err(|e| bad("MULTIRAIL_FAULTS", &v, e))?;
         }
-        self.validate()
+        Ok(())
+    }
+
+    /// Parses a chunk size (MULTIRAIL_CHUNK, `--chunk`): from 1 byte to
+    /// the largest frame. The error says why, without naming the setting.
+    pub fn parse_chunk(&self, text: &str) -> Result<u64, String> {
+        let v = parse_size(text)?;
+        let max = self.proto.limits.max_frame as u64;
+        match v {
+            0 => Err("must be at least 1 byte".into()),
+            v if v > max => Err(format!("exceeds the largest frame ({})", format_size(max))),
+            v => Ok(v),
+        }
     }
 
     /// Checks the combination of settings.
@@ -243,6 +281,13 @@ impl Config {
             return Err(Error::Config(format!(
                 "MULTIRAIL_CHUNK={} exceeds the largest frame ({} bytes)",
                 p.chunk, p.limits.max_frame
+            )));
+        }
+        if p.eager_limit > p.unexpected_limit {
+            return Err(Error::Config(format!(
+                "MULTIRAIL_EAGER_LIMIT ({}) is above MULTIRAIL_UNEXPECTED_LIMIT ({}): {EAGER_ABOVE_UNEXPECTED}",
+                format_size(p.eager_limit),
+                format_size(p.unexpected_limit)
             )));
         }
         if p.rail_window < p.chunk {
@@ -375,6 +420,35 @@ mod tests {
         let mut c = Config::default();
         c.proto.rto_min = Duration::ZERO;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn switches_are_strict() {
+        for on in ["1", "TRUE", "Yes", "on"] {
+            assert_eq!(parse_switch(on), Ok(true), "{on}");
+        }
+        for off in ["0", "false", "NO", "Off"] {
+            assert_eq!(parse_switch(off), Ok(false), "{off}");
+        }
+        for bad in ["2", "enabled", "", "y"] {
+            assert!(parse_switch(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn chunk_is_checked_where_it_is_parsed() {
+        let c = Config::default();
+        assert_eq!(c.parse_chunk("64K"), Ok(64 << 10));
+        assert!(c.parse_chunk("0").unwrap_err().contains("at least 1 byte"));
+        assert!(c.parse_chunk("1T").unwrap_err().contains("largest frame"));
+    }
+
+    #[test]
+    fn eager_limit_above_unexpected_limit_is_refused() {
+        let mut c = Config::default();
+        c.proto.eager_limit = 1 << 40;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("MULTIRAIL_EAGER_LIMIT (1T)") && e.contains("MULTIRAIL_UNEXPECTED_LIMIT (8M)"), "{e}");
     }
 
     #[test]

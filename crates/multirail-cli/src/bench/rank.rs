@@ -86,6 +86,11 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     let code = match res {
         Ok(_) => 0,
         Err(BenchError::Validation(v)) => {
+            // OSU's table shows the failed size with `Fail`; JSON and CSV
+            // rows are measurements, and there is none for it.
+            if lead && !args.json && !args.csv {
+                let _ = out.write_all(osu::failed_row(&info, v.size).as_bytes()).and_then(|()| out.flush());
+            }
             eprintln!("multirail: validation failed on rank {}: {v}", ep.rank());
             1
         }

@@ -118,6 +118,8 @@ mod tests {
             progress: "polled".into(),
             eager_limit: 65536,
             chunk: 262144,
+            checksum: false,
+            spin_us: 200,
             window: 64,
             pairs: 1,
             validate: true,

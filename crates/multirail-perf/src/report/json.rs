@@ -54,6 +54,12 @@ pub struct JsonConfig {
     pub progress: String,
     pub eager_limit: u64,
     pub chunk: u64,
+    /// CRC32C on every payload (absent in output of older versions).
+    #[serde(default)]
+    pub checksum: bool,
+    /// Busy-poll time of a waiting thread in microseconds.
+    #[serde(default)]
+    pub spin_us: u64,
     pub window: u32,
     pub pairs: u32,
     pub validate: bool,
@@ -68,6 +74,8 @@ impl JsonConfig {
             progress: info.progress.clone(),
             eager_limit: info.eager_limit,
             chunk: info.chunk,
+            checksum: info.checksum,
+            spin_us: info.spin_us,
             window: info.window,
             pairs: info.pairs,
             validate: info.validate,
@@ -145,6 +153,8 @@ mod tests {
             progress: "threaded".into(),
             eager_limit: 65536,
             chunk: 262144,
+            checksum: false,
+            spin_us: 200,
             window: 64,
             pairs: 1,
             validate: false,
@@ -152,7 +162,7 @@ mod tests {
         }
     }
 
-    const CONFIG: &str = r#""config":{"rails":["tcp:127.0.0.1","tcp:127.0.0.2"],"policy":"*:adaptive","progress":"threaded","eager_limit":65536,"chunk":262144,"window":64,"pairs":1,"validate":false,"version":"0.1.0"}"#;
+    const CONFIG: &str = r#""config":{"rails":["tcp:127.0.0.1","tcp:127.0.0.2"],"policy":"*:adaptive","progress":"threaded","eager_limit":65536,"chunk":262144,"checksum":false,"spin_us":200,"window":64,"pairs":1,"validate":false,"version":"0.1.0"}"#;
 
     #[test]
     fn latency_line_has_percentiles() {

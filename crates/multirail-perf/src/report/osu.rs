@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! # multirail OSU-style Bandwidth Test v0.1.0
-//! # rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: *:adaptive  progress: polled  eager-limit: 64K  chunk: 256K
+//! # rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: *:adaptive  progress: polled  eager-limit: 64K  chunk: 256K  checksum: off  spin: 200us
 //! # [ window size: 64 ]
 //! # Size      Bandwidth (MB/s)
 //! 1                       2.89
@@ -51,12 +51,14 @@ pub fn table(info: &RunInfo, results: &[SizeResult], opts: &TableOptions) -> Str
 pub fn header(info: &RunInfo, opts: &TableOptions) -> String {
     let mut out = format!("# multirail OSU-style {} v{}\n", info.test.title(), info.version);
     out.push_str(&format!(
-        "# rails: {}  policy: {}  progress: {}  eager-limit: {}  chunk: {}\n",
+        "# rails: {}  policy: {}  progress: {}  eager-limit: {}  chunk: {}  checksum: {}  spin: {}us\n",
         info.rails.join(","),
         info.policy,
         info.progress,
         format_size(info.eager_limit),
-        format_size(info.chunk)
+        format_size(info.chunk),
+        if info.checksum { "on" } else { "off" },
+        info.spin_us
     ));
     match info.test {
         // OSU's own line (osu_mbw_mr.c).
@@ -135,6 +137,20 @@ pub fn row(info: &RunInfo, r: &SizeResult, opts: &TableOptions) -> String {
     out
 }
 
+/// The row of the size whose payload check failed, as OSU prints it:
+/// the size, `Fail` in the Validation column, and no measurement (the
+/// run stopped at the first bad byte, so there is none to print).
+pub fn failed_row(info: &RunInfo, size: u64) -> String {
+    let w = FIELD_WIDTH;
+    let mut out = format!("{size:<10}{:>w$}", "-");
+    if info.test == Test::MbwMr {
+        let _ = write!(out, "{:>w$}", "-");
+    }
+    let _ = write!(out, "{:>w$}", "Fail");
+    out.push('\n');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -150,6 +166,8 @@ mod tests {
             progress: "polled".into(),
             eager_limit: 64 << 10,
             chunk: 256 << 10,
+            checksum: false,
+            spin_us: 200,
             window: 64,
             pairs: 2,
             validate: false,
@@ -172,7 +190,7 @@ mod tests {
         }
     }
 
-    const CONFIG: &str = "# rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: 16K:single,*:adaptive  progress: polled  eager-limit: 64K  chunk: 256K\n";
+    const CONFIG: &str = "# rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: 16K:single,*:adaptive  progress: polled  eager-limit: 64K  chunk: 256K  checksum: off  spin: 200us\n";
 
     #[test]
     fn latency_table_is_osus() {
