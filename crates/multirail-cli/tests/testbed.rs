@@ -175,13 +175,22 @@ fn rail_lines(err: &str) -> Vec<(f64, u64, u64)> {
 fn permanent_silent_loss_on_either_side() {
     let Some(tb) = Testbed::up("p", "1gbit") else { return };
     for side in ["host0", "host1"] {
-        let spec = format!("1@300ms:for=forever:side={side}");
+        // 1 s in: the rails are connected and busy by then (the run lasts
+        // ~10 s), so rail 1 goes silent with data in flight.
+        let spec = format!("1@1s:for=forever:side={side}");
         let err = bw_with(&tb, &["--fail-rail", &spec], &format!("rail 1 lost for good in {side}"));
         assert!(err.contains("down for the rest of the run"), "{err}");
         let rails = rail_lines(&err);
         assert_eq!(rails.len(), 2, "{err}");
         assert!(rails[0].0 > rails[1].0, "rail 0 carried the run: {err}");
-        assert!(rails[1].2 >= 1, "rail 1 was routed around (suspect): {err}");
+        if rails[1].0 == 0.0 {
+            // A machine so loaded that rail 1 was not even connected 1 s in
+            // (connections open on first use): nothing was in flight on it
+            // to route around. Seen once under a parallel CI run.
+            eprintln!("{side}: rail 1 carried nothing before it went silent; no suspect to check: {err}");
+        } else {
+            assert!(rails[1].2 >= 1, "rail 1 was routed around (suspect): {err}");
+        }
         assert_eq!(rails[1].1, 0, "silence is not a connection failure: {err}");
     }
 }
