@@ -38,6 +38,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         return rank::run(&args, &job);
     }
     if args.server {
+        if args.port == 0 {
+            anyhow::bail!(
+                "--port 0: the client must know the port; give one both sides use (default 18515), e.g. --port 13337"
+            );
+        }
         let key = key_for_server();
         let job = JobInfo {
             rank: 0,

@@ -526,3 +526,28 @@ fn compare_does_not_swallow_the_test_name() {
     let t = stdout(&o);
     assert!(t.contains("bench bw --compare") && t.contains("(policy=*:single: 1, policy=*:stripe: 1)"), "{t}");
 }
+
+/// A `--connect` client with no server fails within seconds, saying what
+/// it tried, instead of waiting out the setup timeout; `--port 0` on the
+/// server and a bad MULTIRAIL_SETUP_TIMEOUT are refused at once.
+#[test]
+fn a_client_with_no_server_fails_within_seconds() {
+    let start = std::time::Instant::now();
+    // Port 1 on loopback: nothing listens there (a privileged port no
+    // test opens), so every attempt is refused.
+    let o = multirail(&["bench", "latency", "--connect", "127.0.0.1:1"]).output().unwrap();
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("nothing listens at 127.0.0.1:1"), "{err}");
+    // The setup timeout is 60 s: ending before it is the behaviour.
+    assert!(took < std::time::Duration::from_secs(50), "took {took:?}: {err}");
+
+    let o = multirail(&["bench", "latency", "--server", "--port", "0"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--port 0: the client must know the port"));
+
+    let o = multirail(&["bench", "latency"]).env("MULTIRAIL_SETUP_TIMEOUT", "abc").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MULTIRAIL_SETUP_TIMEOUT=abc"));
+}

@@ -261,16 +261,41 @@ pub(crate) fn gather(
 /// answers, trying each in turn) and learn the table.
 pub(crate) fn join(me: &Me, roots: &[SocketAddr], mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
     let mut turn = 0usize;
+    let all = || roots.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+    // Since when every attempt was refused (nothing listens there).
+    let mut refused_since: Option<Instant> = None;
+    let mut said = Instant::now();
     let (mut s, root) = loop {
         let root = roots[turn % roots.len()];
         turn += 1;
         match TcpStream::connect_timeout(&root, remaining(deadline).min(Duration::from_secs(2))) {
             Ok(s) => break (s, root),
             Err(e) if Instant::now() >= deadline => {
-                let all: Vec<String> = roots.iter().map(|a| a.to_string()).collect();
-                return Err(setup_err(format!("cannot reach the root (rank 0) at {}: {e}", all.join(", "))));
+                return Err(setup_err(format!(
+                    "cannot reach the root (rank 0) at {} within the setup timeout ({:?}, MULTIRAIL_SETUP_TIMEOUT): {e}",
+                    all(),
+                    me.cfg.setup_timeout
+                )));
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    let since = *refused_since.get_or_insert_with(Instant::now);
+                    if me.cfg.root_refused_limit.is_some_and(|l| since.elapsed() >= l) {
+                        return Err(setup_err(format!(
+                            "nothing listens at {} (connection refused for {:?}): start rank 0 (the server) first",
+                            all(),
+                            since.elapsed()
+                        )));
+                    }
+                } else {
+                    refused_since = None;
+                }
+                if said.elapsed() >= Duration::from_secs(5) {
+                    said = Instant::now();
+                    tracing::info!("still waiting for the root (rank 0) at {}: {e}", all());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     };
     let peer = handshake::connect(&mut s, &me.hello(BOOT_RAIL), me.key(), me.cfg.handshake_timeout)

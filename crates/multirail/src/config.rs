@@ -72,8 +72,13 @@ pub struct Config {
     pub socket: SocketOptions,
     /// Longest a HELLO exchange may take.
     pub handshake_timeout: Duration,
-    /// Longest the whole job setup (all ranks meeting) may take.
+    /// Longest the whole job setup (all ranks meeting) may take
+    /// (MULTIRAIL_SETUP_TIMEOUT).
     pub setup_timeout: Duration,
+    /// A rank joining the root gives up once every attempt was refused
+    /// (nothing listens) for this long; `None`: it keeps trying until
+    /// `setup_timeout` (ranks a launcher starts may come before the root).
+    pub root_refused_limit: Option<Duration>,
     /// Job key; `None` = unauthenticated empty key (a warning is logged).
     pub key: Option<Vec<u8>>,
     pub job_id: u64,
@@ -95,6 +100,7 @@ impl Default for Config {
             socket: SocketOptions { connect_timeout: Duration::from_millis(500), ..SocketOptions::default() },
             handshake_timeout: Duration::from_secs(10),
             setup_timeout: Duration::from_secs(60),
+            root_refused_limit: None,
             key: None,
             job_id: 0,
             faults: Vec::new(),
@@ -130,6 +136,17 @@ fn bad(name: &str, value: &str, why: impl std::fmt::Display) -> Error {
 
 fn env_size(name: &str) -> Result<Option<u64>, Error> {
     env(name).map(|v| parse_size(&v).map_err(|e| bad(name, &v, e))).transpose()
+}
+
+/// `30`, `30s` or `500ms`: a duration of at least 1 ms.
+fn parse_seconds(v: &str) -> Result<Duration, &'static str> {
+    let t = v.trim();
+    let d = if let Some(ms) = t.strip_suffix("ms") {
+        ms.trim().parse::<u64>().map(Duration::from_millis).ok()
+    } else {
+        t.strip_suffix('s').unwrap_or(t).trim().parse::<u64>().map(Duration::from_secs).ok()
+    };
+    d.filter(|d| !d.is_zero()).ok_or("expected seconds (60, 60s) or milliseconds (500ms), at least 1 ms")
 }
 
 fn env_ms(name: &str) -> Result<Option<Duration>, Error> {
@@ -215,6 +232,9 @@ impl Config {
         }
         if let Some(d) = env_ms("MULTIRAIL_REPLACE_AFTER_MS")? {
             self.proto.replace_after = d;
+        }
+        if let Some(v) = env("MULTIRAIL_SETUP_TIMEOUT") {
+            self.setup_timeout = parse_seconds(&v).map_err(|e| bad("MULTIRAIL_SETUP_TIMEOUT", &v, e))?;
         }
         if let Some(d) = env_ms("MULTIRAIL_CONNECT_TIMEOUT_MS")? {
             self.socket.connect_timeout = d;
@@ -376,6 +396,17 @@ pub fn parse_job(s: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn setup_timeout_in_seconds_or_milliseconds() {
+        assert_eq!(parse_seconds("60"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_seconds(" 5s "), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_seconds("500ms"), Ok(Duration::from_millis(500)));
+        for bad in ["", "0", "0ms", "abc", "-1", "1.5s", "5m"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

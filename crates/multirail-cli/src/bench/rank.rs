@@ -16,8 +16,16 @@ pub fn run(args: &BenchArgs, job: &JobInfo) -> anyhow::Result<i32> {
     run_with_key(args, job, None)
 }
 
+/// How long `--connect` retries a server that refuses (is not listening).
+const CLIENT_REFUSED_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> anyhow::Result<i32> {
     let mut cfg = config_of(args)?;
+    if job.source == "--connect" {
+        // A client the user started: a server that is not there is an
+        // error within seconds, as with iperf3 or ucx_perftest.
+        cfg.root_refused_limit = Some(CLIENT_REFUSED_LIMIT.min(cfg.setup_timeout));
+    }
     if let Some(k) = key {
         cfg.key = Some(k.into_bytes());
     }
