@@ -38,12 +38,13 @@ pub struct FaultConfig {
     pub kill_switch: Option<Arc<AtomicBool>>,
 }
 
-/// Small deterministic generator (xorshift64*); no OS randomness.
+/// Small deterministic generator (xorshift64*); no OS randomness. Also
+/// the shm ring tests' size generator.
 #[derive(Debug, Clone)]
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -51,6 +52,10 @@ impl Rng {
     }
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+    #[cfg(test)]
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
     }
 }
 

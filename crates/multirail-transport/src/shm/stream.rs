@@ -388,10 +388,6 @@ mod tests {
     const CAP: usize = 64 << 10;
     const BOUND: Duration = Duration::from_secs(30);
 
-    fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed ^ (i >> 8) as u8)).collect()
-    }
-
     /// Sends `out` and reads `expect` bytes back, concurrently, never
     /// blocking in read or write; sleeps with `wait`. Bounded in time.
     fn pump(s: &mut ShmStream, out: &[u8], expect: usize) -> io::Result<Vec<u8>> {
@@ -477,7 +473,7 @@ mod tests {
     #[cfg_attr(miri, ignore)]
     fn pair_over_a_socket_echoes_across_threads() {
         let (sa, sb) = UnixStream::pair().unwrap();
-        let data = pattern(8 << 20, 1);
+        let data = multirail_proto::sim::pattern(1, 8 << 20);
         let echo = std::thread::spawn(move || {
             let mut s = ShmStream::pair_over(sb, Side::Opener, 0).unwrap();
             let mut buf = vec![0u8; 30_000];
@@ -752,7 +748,7 @@ mod tests {
         let (mut child, sock) = spawn_child(mode);
         sock.set_read_timeout(Some(BOUND)).unwrap();
         let mut s = ShmStream::pair_over(sock, Side::Creator, CAP).unwrap();
-        let data = pattern(CHILD_DATA, 9);
+        let data = multirail_proto::sim::pattern(9, CHILD_DATA);
         let back = pump(&mut s, &data, data.len()).unwrap();
         assert!(back == data, "echo from the child differs");
         let status = child.wait().unwrap();
