@@ -27,6 +27,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 cd "$(dirname "$0")/.."
+# shellcheck source-path=SCRIPTDIR source=lib/ucx.sh
+. bench/lib/ucx.sh
 if [ "$ucx" = 1 ] && ! command -v ucx_perftest >/dev/null; then
     echo "ucx_perftest not found: apt-get install ucx-utils (or --no-ucx)" >&2; exit 1
 fi
@@ -40,17 +42,9 @@ H=$PWD/bench/lib/mrcmp.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 port=13700
+UCX_CLIENT_PREFIX=() UCX_SERVER_PREFIX=()
 ucx_run() { # TLS TEST SIZE N WARMUP KIND -> value
-    local p=$((port++))
-    UCX_TLS=$1 ucx_perftest -p "$p" >"$tmp/server" 2>&1 &
-    local spid=$!
-    for _ in $(seq 100); do
-        ss -Hltn "sport = :$p" | grep -q . && break
-        sleep 0.05
-    done
-    UCX_TLS=$1 timeout 120 ucx_perftest 127.0.0.1 -p "$p" -t "$2" -s "$3" -n "$4" -w "$5" -f \
-        >"$tmp/client" 2>&1 || { cat "$tmp/client" "$tmp/server" >&2; kill "$spid" 2>/dev/null; exit 1; }
-    wait "$spid" || true
+    ucx_perftest_pair $((port++)) "$tmp" "UCX_TLS=$1" -t "$2" -s "$3" -n "$4" -w "$5"
     python3 "$H" ucx "$tmp/client" "$6"
 }
 mr() { # TEST SIZE RAILS [FIELD] [ARGS...] -> value
@@ -87,10 +81,9 @@ for r in $(seq "$rounds"); do
         v[ompi_mbw]+=" $(python3 "$H" osu "$tmp/ompi" 2 | awk '{ print $2 }')"
     fi
 done
-med() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 declare -A m
 for k in mr_lat tcp_lat mr_bw1 tcp_bw1 mr_bw4 mr_mbw ucx_lat ucx_bw1 ucx_bw4 ompi_lat ompi_bw1 ompi_bw4 ompi_mbw; do
-    m[$k]=$(echo "${v[$k]:-}" | med)
+    m[$k]=$(echo "${v[$k]:-}" | median)
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.3f", a / b }'; }
 printf '# multirail shm vs UCX (%s) vs Open MPI vader (%s), one host, %s rounds, medians\n' \

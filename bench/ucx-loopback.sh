@@ -24,28 +24,21 @@ while [ $# -gt 0 ]; do
     esac
 done
 cd "$(dirname "$0")/.."
+# shellcheck source-path=SCRIPTDIR source=lib/ucx.sh
+. bench/lib/ucx.sh
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found: apt-get install ucx-utils" >&2; exit 1; }
 cargo build --release -q -p multirail-cli
 M=$PWD/target/release/multirail
 H=$PWD/bench/lib/mrcmp.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cpu0=() cpu1=() mrpin=(--pin none)
+UCX_CLIENT_PREFIX=() UCX_SERVER_PREFIX=() mrpin=(--pin none)
 if [ -n "$pin" ]; then
-    cpu0=(taskset -c "${pin%%,*}") cpu1=(taskset -c "${pin##*,}") mrpin=(--pin "$pin")
+    UCX_CLIENT_PREFIX=(taskset -c "${pin%%,*}") UCX_SERVER_PREFIX=(taskset -c "${pin##*,}") mrpin=(--pin "$pin")
 fi
 port=13600
 ucx() { # TEST SIZE N WARMUP KIND -> value
-    local p=$((port++))
-    UCX_TLS=tcp UCX_NET_DEVICES=lo "${cpu1[@]}" ucx_perftest -p "$p" >"$tmp/server" 2>&1 &
-    local spid=$!
-    for _ in $(seq 100); do
-        ss -Hltn "sport = :$p" | grep -q . && break
-        sleep 0.05
-    done
-    UCX_TLS=tcp UCX_NET_DEVICES=lo "${cpu0[@]}" ucx_perftest 127.0.0.1 -p "$p" -t "$1" -s "$2" -n "$3" -w "$4" -f \
-        >"$tmp/client" 2>&1 || { cat "$tmp/client" "$tmp/server" >&2; kill "$spid" 2>/dev/null; exit 1; }
-    wait "$spid" || true
+    ucx_perftest_pair $((port++)) "$tmp" "UCX_TLS=tcp UCX_NET_DEVICES=lo" -t "$1" -s "$2" -n "$3" -w "$4"
     python3 "$H" ucx "$tmp/client" "$5"
 }
 mr() { # TEST SIZE RAILS -> value
@@ -63,9 +56,8 @@ for r in $(seq "$rounds"); do
     v[mr1_bw]+=" $(mr bw 1M $one)"
     v[mr2_bw]+=" $(mr bw 1M $two)"
 done
-med() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 declare -A m
-for k in "${!v[@]}"; do m[$k]=$(echo "${v[$k]}" | med); done
+for k in "${!v[@]}"; do m[$k]=$(echo "${v[$k]}" | median); done
 printf '# ucx_perftest %s vs multirail, loopback, %s rounds, medians (pin: %s)\n' \
     "$(ucx_info -v | sed -n 's/# Version //p')" "$rounds" "${pin:-none}"
 printf '%-34s %16s %12s %18s %12s\n' "tool" "8 B latency (us)" "ratio" "1 MiB bw (MB/s)" "ratio"
