@@ -3,6 +3,7 @@
 //! mpirun/srun, or as --server/--connect); the kernels and report writers
 //! live in multirail-perf.
 
+mod agree;
 mod fail;
 mod plot;
 mod rank;
@@ -54,7 +55,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             local_size: None,
         };
         if !args.quiet {
-            eprintln!("# waiting for the client on port {}; on the other host run:", args.port);
+            eprintln!(
+                "# waiting for the client on port {} (it chooses the test and its parameters); on the other host run:",
+                args.port
+            );
             eprintln!(
                 "#   MULTIRAIL_KEY={key} multirail bench {} --connect THIS_HOST:{} ...",
                 test_of(args.test),
@@ -237,6 +241,16 @@ pub fn spec_of(args: &BenchArgs, ranks: u32) -> anyhow::Result<BenchSpec> {
     Ok(spec)
 }
 
+/// How the user gave the rails, for messages: `--rails X`,
+/// `MULTIRAIL_RAILS=X`, or the default.
+fn rails_named(args: &BenchArgs) -> String {
+    match (&args.rails, std::env::var("MULTIRAIL_RAILS").ok().filter(|v| !v.trim().is_empty())) {
+        (Some(r), _) => format!("--rails {r}"),
+        (None, Some(v)) => format!("MULTIRAIL_RAILS={v}"),
+        (None, None) => format!("the default rails ({})", multirail::DEFAULT_RAILS),
+    }
+}
+
 /// Settings: defaults, then MULTIRAIL_* variables, then flags. A value
 /// from a flag is checked in the flag's name and quoted as typed.
 pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
@@ -294,9 +308,13 @@ fn launch_local(
     let np = ranks_for(args);
     // Check the flags here, once, before starting anything.
     spec_of(args, np)?;
-    config_of(args)?;
+    let cfg = config_of(args)?;
     let pins = launch::parse_pin(&args.pin, np)?;
     let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np)?;
+    if placement.is_none() {
+        launch::check_rails(&cfg.rails, &rails_named(args))?;
+    }
+    fail::parse_plans(&args.fail_rail, rail_count(args)?, placement.is_some())?;
     let port = launch::free_port("127.0.0.1")?;
     let root = placement.as_ref().map_or(format!("127.0.0.1:{port}"), |p| p.root(port));
     let key = std::env::var("MULTIRAIL_KEY").ok().filter(|k| !k.is_empty()).unwrap_or_else(multirail::generate_key);
@@ -304,9 +322,18 @@ fn launch_local(
     let exe = std::env::current_exe().context("cannot find the multirail executable")?;
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     argv.extend(extra.iter().cloned());
+    let errors = launch::RankErrors::new(&job)?;
     let mut children = Vec::new();
     for rank in 0..np {
-        let mut env = RankEnv { rank, size: np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
+        let mut env = RankEnv {
+            rank,
+            size: np,
+            root: root.clone(),
+            key: key.clone(),
+            job: job.clone(),
+            extra: vec![],
+            error_file: Some(errors.path(rank)),
+        };
         // Ranks sharing this host (a testbed host holds one).
         let local = if placement.is_some() { 1 } else { np };
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
@@ -338,7 +365,7 @@ fn launch_local(
             }
         }
     }
-    Ok((launch::wait_all(children)?, lines))
+    Ok((launch::wait_all(children, &errors)?, lines))
 }
 
 /// `--compare`: every configuration once per round, alternating, then
