@@ -31,6 +31,7 @@ struct Params {
     version: u32,
     test: String,
     sizes: Option<String>,
+    message_size: Option<String>,
     iterations: Option<u64>,
     warmup: Option<u64>,
     window: u32,
@@ -52,6 +53,7 @@ impl Params {
             version: VERSION,
             test: super::test_of(args.test).to_string(),
             sizes: args.sizes.clone(),
+            message_size: args.message_size.clone(),
             iterations: args.iterations,
             warmup: args.warmup,
             window: args.window,
@@ -70,6 +72,7 @@ impl Params {
             }
         };
         add("sizes", self.sizes.clone());
+        add("message-size", self.message_size.clone());
         add("iterations", self.iterations.map(|v| v.to_string()));
         add("warmup", self.warmup.map(|v| v.to_string()));
         add("window", Some(self.window).filter(|&w| w != multirail_perf::osu::WINDOW_SIZE).map(|w| w.to_string()));
@@ -150,6 +153,7 @@ fn adopt(args: &BenchArgs, ours: &Params, theirs: &Params) -> Result<BenchArgs, 
     let mut a = args.clone();
     a.test = test;
     a.sizes = theirs.sizes.clone();
+    a.message_size = theirs.message_size.clone();
     a.iterations = theirs.iterations;
     a.warmup = theirs.warmup;
     a.window = theirs.window;
@@ -194,7 +198,7 @@ mod tests {
     fn the_server_takes_the_clients_test_and_parameters() {
         let cfg = Config::default();
         let server = args("latency --sizes 8 --server");
-        let theirs = params("bw --sizes 16 --iterations 3 --warmup 1 --window 8 --validate", &cfg);
+        let theirs = params("bw --sizes 16 -i 3 -x 1 -W 8 --validate", &cfg);
         let a = adopt(&server, &params("latency --sizes 8", &cfg), &theirs).unwrap();
         assert_eq!(a.test, TestName::Bw);
         assert_eq!(
@@ -202,6 +206,8 @@ mod tests {
             (Some("16"), Some(3), Some(1), 8, true)
         );
         assert!(a.server, "the server's own flags stay");
+        let a = adopt(&server, &params("latency --sizes 8", &cfg), &params("bw -m 4:16", &cfg)).unwrap();
+        assert_eq!((a.sizes, a.message_size.as_deref()), (None, Some("4:16")), "OSU's -m too");
         assert_eq!(theirs.command(), "bw --sizes 16 --iterations 3 --warmup 1 --window 8 --validate");
     }
 

@@ -52,7 +52,7 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     let lead = ep.rank() == 0;
     let info = RunInfo::from_endpoint(&ep, &spec);
     let model = if lead { super::model_columns(args, info.rails.len())? } else { None };
-    let opts = osu::TableOptions { rail_stats: args.rail_stats, percentiles: false, model: model.clone() };
+    let opts = osu::TableOptions { rail_stats: args.rail_stats, full: args.full, model: model.clone() };
     let model = model.as_ref();
     let mut out = std::io::stdout().lock();
     if lead {
