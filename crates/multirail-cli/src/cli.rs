@@ -180,7 +180,8 @@ pub struct Cli {
 pub enum Command {
     /// List the network interfaces and addresses usable as rails.
     Info {
-        /// Print JSON instead of a table.
+        /// Print JSON Lines instead of a table: one object per interface,
+        /// with the rail spec to use, then one for shm.
         #[arg(long)]
         json: bool,
     },
@@ -466,7 +467,9 @@ pub enum TestbedCommand {
         /// Number of rails (rail0 .. railR-1 in every host).
         #[arg(long, default_value_t = 2)]
         rails: usize,
-        /// Rate of every rail, or one per rail: 2gbit or 1gbit,3gbit.
+        /// Rate of every rail, or one per rail: 2gbit, 1gbit,3gbit or
+        /// 250MB/s (bits: kbit, mbit, gbit, kibit...; bytes: MB/s, GB/s,
+        /// GiB/s...; the README's "Rates").
         #[arg(long, default_value = "2gbit")]
         rate: String,
         /// Prefix of everything created (namespaces, links).
@@ -486,7 +489,7 @@ pub enum TestbedCommand {
         /// Prefix of the testbed to show (as given to `testbed up`).
         #[arg(long, default_value = "mr")]
         prefix: String,
-        /// Print the status as one JSON object.
+        /// Print the status as one JSON object on one line.
         #[arg(long)]
         json: bool,
     },

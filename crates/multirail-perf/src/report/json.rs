@@ -136,8 +136,9 @@ pub fn lines(info: &RunInfo, results: &[SizeResult]) -> String {
     results.iter().map(|r| line(info, r)).collect()
 }
 
-/// Serializes any of this crate's records as one line.
-pub(crate) fn to_line(value: &impl Serialize) -> String {
+/// Serializes a record as one line of JSON Lines, the format of every
+/// `--json` of the `multirail` command (records with string map keys only).
+pub fn to_line(value: &impl Serialize) -> String {
     // Our records hold only strings, numbers, booleans and sequences:
     // serde_json cannot fail on them (non-finite floats become null).
     let mut s = serde_json::to_string(value).expect("plain records always serialize");
