@@ -60,16 +60,15 @@ const RATE_HINT: &str = "write bits as 2gbit, 500mbit, 10Gbit/s or 1gibit, bytes
 ///
 /// * bits: `bit`, `kbit`, `mbit`, `gbit`, `tbit` and the binary `kibit`,
 ///   `mibit`, `gibit`, `tibit`, in any case, optionally with `/s`
-///   (`2gbit`, `10Gbit/s`); a bare number (`800`, as `tc` reads it) and
-///   `bps` are bits too (spellings earlier versions accepted);
+///   (`2gbit`, `10Gbit/s`); `bps` is bits too (as rail specs read it);
 /// * bytes: `B/s`, `kB/s` (or `KB/s`), `MB/s`, `GB/s`, `TB/s` and the
 ///   binary `KiB/s`, `MiB/s`, `GiB/s`, `TiB/s`: a capital `B` and `/s`;
 /// * decimal prefixes are powers of 1000, `Ki`/`Mi`/`Gi`/`Ti` of 1024.
 ///
 /// Refused, saying why (the reason; the caller names the input and where
 /// it came from): `kbps`/`Mbps`/`Gbps` (bits to some tools, bytes to
-/// `tc`), a lowercase `b/s`, a byte unit without `/s` (`4GB` is a size),
-/// zero, exponents, signs.
+/// `tc`), a bare number (bits or bytes?), a lowercase `b/s`, a byte unit
+/// without `/s` (`4GB` is a size), zero, exponents, signs.
 pub fn parse_rate(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
@@ -87,7 +86,10 @@ fn rate_unit_bits(unit: &str) -> Result<u128, String> {
     let prefix = |p: &str| RATE_PREFIXES.iter().find(|(name, _)| name.eq_ignore_ascii_case(p)).map(|&(_, s)| s);
     let unknown = || format!("unknown prefix in '{unit}': {RATE_HINT}");
     let lower = unit.to_ascii_lowercase();
-    if lower.is_empty() || lower == "bps" {
+    if lower.is_empty() {
+        return Err(format!("no unit: bits or bytes? {RATE_HINT}"));
+    }
+    if lower == "bps" {
         return Ok(1);
     }
     let bits = lower.strip_suffix("/s").unwrap_or(&lower);
@@ -141,7 +143,6 @@ mod tests {
         assert_eq!(bits("1.000000001gbit"), 1_000_000_001, "exact");
         assert_eq!(bits("1kibit"), 1024);
         assert_eq!(bits("8gibit"), 8 << 30);
-        assert_eq!(bits("800"), 800, "a bare number is bits, as tc reads it");
         assert_eq!(bits("1000bps"), 1000, "bps is bits, as rail specs read it");
         assert_eq!(bits("4GB/s"), 32_000_000_000);
         assert_eq!(bits("500MB/s"), 4_000_000_000);
@@ -156,6 +157,7 @@ mod tests {
         let why = |s: &str| parse_rate(s).unwrap_err();
         assert!(why("10Gbps").contains("ambiguous") && why("100Mbps").contains("mbit"), "{}", why("10Gbps"));
         assert!(why("10gb/s").contains("lowercase b"), "{}", why("10gb/s"));
+        assert!(why("800").contains("no unit"), "{}", why("800"));
         assert!(why("4GB").contains("a size, not a rate"), "{}", why("4GB"));
         assert!(why("0gbit").contains("more than zero") && why("0.0GB/s").contains("more than zero"));
         assert!(why("1.2.3gbit").contains("decimal point"));
