@@ -180,7 +180,8 @@ pub struct Cli {
 pub enum Command {
     /// List the network interfaces and addresses usable as rails.
     Info {
-        /// Print JSON instead of a table.
+        /// Print JSON Lines instead of a table: one object per interface,
+        /// with the rail spec to use, then one for shm.
         #[arg(long)]
         json: bool,
     },
@@ -280,6 +281,7 @@ Examples:
   multirail bench latency --sizes 8 --rails tcp:127.0.0.1
   multirail bench latency --sizes 8 --compare rails=shm rails=tcp:127.0.0.1
   multirail bench bw --sizes 1K:4M --rail-stats
+  multirail bench latency -m 8:1M -i 1000 -x 100 -f    OSU's flags: sizes, loops, full format
   multirail bench bw --sizes 1M,4M --compare policy=single policy=stripe policy=adaptive
   multirail bench bw --validate --fail-rail 1@2s:for=1s
   multirail bench latency --sizes 1:1M --plot latency.svg
@@ -346,17 +348,22 @@ pub struct BenchArgs {
     pub checksum: bool,
 
     // ----- benchmark -----
-    /// Message sizes: 8 | 1K:4M (doubling) | 8,64K,1M. Default: OSU's.
-    #[arg(long, help_heading = "Benchmark")]
+    /// Message sizes: 8 (only 8) | 1K:4M (doubling) | 8,64K,1M. Default: OSU's.
+    #[arg(long, help_heading = "Benchmark", conflicts_with = "message_size")]
     pub sizes: Option<String>,
-    /// Timed iterations per size (default: OSU's, by size).
-    #[arg(long, help_heading = "Benchmark")]
+    /// OSU's -m [MIN:]MAX: sizes doubling from MIN to MAX, e.g. -m 8 (up
+    /// to 8 from OSU's smallest: 0 for latency tests, else 1), -m 8:1M,
+    /// -m 1K: (up to OSU's largest, 4M).
+    #[arg(short = 'm', long, value_name = "[MIN:]MAX", help_heading = "Benchmark")]
+    pub message_size: Option<String>,
+    /// Timed iterations per size (OSU's -i; default: OSU's, by size).
+    #[arg(short = 'i', long, help_heading = "Benchmark")]
     pub iterations: Option<u64>,
-    /// Untimed warm-up iterations per size (default: OSU's).
-    #[arg(long, help_heading = "Benchmark")]
+    /// Untimed warm-up iterations per size (OSU's -x; default: OSU's).
+    #[arg(short = 'x', long, help_heading = "Benchmark")]
     pub warmup: Option<u64>,
-    /// Messages per window (bw, bibw, mbw_mr).
-    #[arg(long, default_value_t = 64, help_heading = "Benchmark")]
+    /// Messages per window (bw, bibw, mbw_mr; OSU's -W).
+    #[arg(short = 'W', long, default_value_t = 64, help_heading = "Benchmark")]
     pub window: u32,
     /// Rank pairs (mbw_mr, multi_lat).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Benchmark")]
@@ -431,6 +438,11 @@ pub struct BenchArgs {
     /// Add per-rail bytes and shares as extra columns.
     #[arg(long, help_heading = "Output")]
     pub rail_stats: bool,
+    /// OSU's -f (full format), latency tests: min and max latency and
+    /// iterations beside the average, then the P50/P90/P99 latencies
+    /// (OSU's -z columns).
+    #[arg(short = 'f', long, help_heading = "Output")]
+    pub full: bool,
     /// No progress bar and no notes on stderr.
     #[arg(long, short, help_heading = "Output")]
     pub quiet: bool,
@@ -455,7 +467,9 @@ pub enum TestbedCommand {
         /// Number of rails (rail0 .. railR-1 in every host).
         #[arg(long, default_value_t = 2)]
         rails: usize,
-        /// Rate of every rail, or one per rail: 2gbit or 1gbit,3gbit.
+        /// Rate of every rail, or one per rail: 2gbit, 1gbit,3gbit or
+        /// 250MB/s (bits: kbit, mbit, gbit, kibit...; bytes: MB/s, GB/s,
+        /// GiB/s...; the README's "Rates").
         #[arg(long, default_value = "2gbit")]
         rate: String,
         /// Prefix of everything created (namespaces, links).
@@ -475,7 +489,7 @@ pub enum TestbedCommand {
         /// Prefix of the testbed to show (as given to `testbed up`).
         #[arg(long, default_value = "mr")]
         prefix: String,
-        /// Print the status as one JSON object.
+        /// Print the status as one JSON object on one line.
         #[arg(long)]
         json: bool,
     },

@@ -40,7 +40,12 @@ fn main() {
             }) {
                 std::process::exit(0);
             }
-            eprintln!("multirail: error: {e:#}");
+            // A rank of a local launch tells the launcher, which prints
+            // one error for the job.
+            let message = format!("{e:#}");
+            if !launch::report_to_launcher(&message) {
+                eprintln!("multirail: error: {message}");
+            }
             std::process::exit(2);
         }
     }

@@ -12,16 +12,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     }
     let pins = launch::parse_pin(&args.pin, args.np)?;
     let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np)?;
+    if placement.is_none() {
+        // The ranks read MULTIRAIL_* as the endpoint does: say once what
+        // is wrong with them, before starting any.
+        let cfg = multirail::Config::from_env()?;
+        if let Some(v) = std::env::var("MULTIRAIL_RAILS").ok().filter(|v| !v.trim().is_empty()) {
+            launch::check_rails(&cfg.rails, &format!("MULTIRAIL_RAILS={v}"))?;
+        }
+    }
     let root = match &placement {
         Some(p) => p.root(launch::free_port("127.0.0.1")?),
         None => format!("127.0.0.1:{}", launch::free_port("127.0.0.1")?),
     };
     let key = multirail::generate_key();
-    let job = format!("run-{}", std::process::id());
+    let job = format!("run-{}-{}", std::process::id(), multirail::generate_key());
+    let errors = launch::RankErrors::new(&job)?;
     let mut children = Vec::new();
     for rank in 0..args.np {
-        let mut env =
-            RankEnv { rank, size: args.np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
+        let mut env = RankEnv {
+            rank,
+            size: args.np,
+            root: root.clone(),
+            key: key.clone(),
+            job: job.clone(),
+            extra: vec![],
+            error_file: Some(errors.path(rank)),
+        };
         let local = if placement.is_some() { 1 } else { args.np };
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
@@ -38,5 +54,5 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    launch::wait_all(children)
+    launch::wait_all(children, &errors)
 }

@@ -8,8 +8,13 @@ use crate::cli::TestbedCommand;
 pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
     match cmd {
         TestbedCommand::Up { hosts, rails, rate, prefix } => {
-            let spec =
-                Spec { prefix: prefix.parse()?, hosts, rails, rates: tb::parse_rates(&rate)?, ..Spec::default() };
+            let spec = Spec {
+                prefix: prefix.parse()?,
+                hosts,
+                rails,
+                rates: tb::parse_rates(&rate).with_context(|| format!("--rate {rate}"))?,
+                ..Spec::default()
+            };
             let status = tb::up(&spec)?;
             println!("{status}");
             println!("Run ranks in it with `multirail bench ... --testbed` or `multirail run --testbed -- CMD`;");
@@ -28,7 +33,7 @@ pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
         TestbedCommand::Status { prefix, json } => {
             let p: Prefix = prefix.parse()?;
             match tb::status(&p)? {
-                Some(st) if json => println!("{}", serde_json::to_string_pretty(&st)?),
+                Some(st) if json => print!("{}", multirail_perf::report::json::to_line(&st)),
                 Some(st) => println!("{st}"),
                 None => {
                     eprintln!("no testbed with prefix '{prefix}' (create one with `multirail testbed up`)");

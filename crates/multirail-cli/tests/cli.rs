@@ -57,8 +57,9 @@ fn info_lists_loopback() {
     assert!(stdout(&o).contains("127.0.0.1"));
     assert!(stdout(&o).contains("shared memory, ranks on one host: available"), "{}", stdout(&o));
     let o = run(&mut multirail(&["info", "--json"]));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(v.as_array().unwrap().iter().any(|i| i["name"] == "lo"));
+    let v: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(v.iter().any(|i| i["name"] == "lo" && i["rail_spec"] == "tcp:127.0.0.1"), "{v:?}");
+    assert!(v.iter().any(|i| i["rail_spec"] == "shm" && i["available"] == true), "{v:?}");
 }
 
 #[test]

@@ -69,25 +69,13 @@ impl RailSpec {
     }
 }
 
-/// Parses `2gbit`, `500mbit`, `100kbit`, `1000bit` (bits/s) into bytes/s.
+/// Parses a rate (`2gbit`, `500MB/s`: [`multirail_proto::units::parse_rate`],
+/// multirail's one rate syntax) into whole bytes/s.
 pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("'{s}' is not a rate (example: 2gbit)"))?;
-    let mult = match unit {
-        "bit" | "bps" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        "tbit" => 1e12,
-        _ => return Err(format!("'{s}': unknown rate unit (use kbit, mbit or gbit)")),
-    };
-    let bytes = n * mult / 8.0;
-    if !(bytes.is_finite() && bytes >= 1.0) {
-        return Err(format!("'{s}': rate out of range"));
+    match multirail_proto::units::parse_rate(s).map_err(|why| format!("rate '{s}': {why}"))? / 8 {
+        0 => Err(format!("rate '{s}': less than one byte per second")),
+        bytes => Ok(bytes),
     }
-    Ok(bytes as u64)
 }
 
 impl FromStr for RailSpec {

@@ -18,6 +18,12 @@ use crate::{Config, Error};
 /// Rail index used in the HELLO of the bootstrap connection.
 pub const BOOT_RAIL: u16 = u16::MAX;
 const TABLE_MAGIC: u32 = 0x4d52_5442; // "MRTB"
+/// Rank 0's refusal, sent instead of the table: a reason for the user.
+const REFUSAL_MAGIC: u32 = 0x4d52_5445; // "MRTE"
+/// Version of the refusal message.
+const REFUSAL_VERSION: u16 = 1;
+/// Longest refusal reason sent or read.
+const MAX_REASON: usize = 4096;
 const ENTRY: usize = 19;
 /// Largest job the address table describes.
 pub(crate) const MAX_RANKS: u32 = 1 << 16;
@@ -89,6 +95,14 @@ impl Me {
 
     /// Vets the identity a connecting peer claims.
     pub fn check(&self, p: &PeerHello, rail: u16) -> Result<(), String> {
+        self.check_identity(p, rail)?;
+        self.check_rail_count(p.rank, p.rail_count as usize)
+    }
+
+    /// Vets rank, size and rail index (not the rail count: at the root a
+    /// different count is refused after the handshake, with a reason the
+    /// joining rank reads, §2 of docs/protocol.md).
+    fn check_identity(&self, p: &PeerHello, rail: u16) -> Result<(), String> {
         if p.size != self.size {
             return Err(format!("rank {} thinks the job has {} ranks, we have {}", p.rank, p.size, self.size));
         }
@@ -98,13 +112,17 @@ impl Me {
         if p.rail_index != rail {
             return Err(format!("rail {} arrived on the listener of rail {rail}", p.rail_index));
         }
-        if p.rail_count as usize != self.cfg.rails.len() {
+        Ok(())
+    }
+
+    fn check_rail_count(&self, rank: u32, count: usize) -> Result<(), String> {
+        let ours = self.cfg.rails.len();
+        if count != ours {
+            let names = self.cfg.rails.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
             return Err(format!(
-                "rank {} has {} rails, rank {} has {}: every rank needs the same number (MULTIRAIL_RAILS)",
-                p.rank,
-                p.rail_count,
-                self.rank,
-                self.cfg.rails.len()
+                "rank {rank} has {count} rails, rank {} has {ours} ({names}): every rank needs the same number \
+                 (--rails / MULTIRAIL_RAILS)",
+                self.rank
             ));
         }
         Ok(())
@@ -152,23 +170,77 @@ pub(crate) fn encode_table(t: &[Vec<SocketAddr>], rails: usize) -> Vec<u8> {
     out
 }
 
+/// Refusal wire format: magic, version (u16), length (u32), then that many
+/// bytes of UTF-8 reason (at most [`MAX_REASON`]).
+fn encode_refusal(reason: &str) -> Vec<u8> {
+    let mut text = reason.as_bytes();
+    if text.len() > MAX_REASON {
+        let mut end = MAX_REASON;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        text = &text[..end];
+    }
+    let mut out = Vec::with_capacity(10 + text.len());
+    out.extend_from_slice(&REFUSAL_MAGIC.to_le_bytes());
+    out.extend_from_slice(&REFUSAL_VERSION.to_le_bytes());
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    out.extend_from_slice(text);
+    out
+}
+
+/// The reason of a refusal whose 10-byte head was read.
+fn read_refusal(s: &mut impl Read, head: &[u8; 10]) -> String {
+    let len = u32::from_le_bytes([head[6], head[7], head[8], head[9]]) as usize;
+    let mut text = vec![0u8; len.min(MAX_REASON)];
+    match s.read_exact(&mut text) {
+        Ok(()) => String::from_utf8_lossy(&text).into_owned(),
+        Err(e) => format!("(its reason could not be read: {e})"),
+    }
+}
+
 /// Reads a table from a stream, refusing anything beyond the bounds.
 pub(crate) fn read_table(s: &mut impl Read, max_ranks: u32, rails: usize) -> Result<Table, String> {
+    let (t, nr) = read_any_table(s, max_ranks)?;
+    if nr != rails {
+        return Err(format!("address table of {} ranks x {nr} rails (expected {rails} rails)", t.len()));
+    }
+    Ok(t)
+}
+
+/// Reads a table of any rail count (at most [`MAX_RAILS`]); a refusal
+/// from rank 0 in its place is an error carrying rank 0's reason.
+fn read_any_table(s: &mut impl Read, max_ranks: u32) -> Result<(Table, usize), String> {
     let mut head = [0u8; 10];
     s.read_exact(&mut head).map_err(|e| format!("reading address table: {e}"))?;
     let magic = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let ranks = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
     let nr = u16::from_le_bytes([head[8], head[9]]) as usize;
+    if magic == REFUSAL_MAGIC {
+        return Err(format!("rank 0 refused this rank: {}", read_refusal(s, &head)));
+    }
     if magic != TABLE_MAGIC {
         return Err("not an address table".into());
     }
-    if ranks == 0 || ranks > max_ranks || nr != rails || nr > MAX_RAILS {
-        return Err(format!("address table of {ranks} ranks x {nr} rails (expected at most {max_ranks} x {rails})"));
+    if ranks == 0 || ranks > max_ranks || nr == 0 || nr > MAX_RAILS {
+        return Err(format!(
+            "address table of {ranks} ranks x {nr} rails (expected at most {max_ranks} x {MAX_RAILS})"
+        ));
     }
     let mut body = vec![0u8; ranks as usize * nr * ENTRY];
     s.read_exact(&mut body).map_err(|e| format!("reading address table: {e}"))?;
     let entries: Vec<SocketAddr> = body.chunks_exact(ENTRY).map(decode_addr).collect::<Result<_, _>>()?;
-    Ok(entries.chunks(nr).map(<[SocketAddr]>::to_vec).collect())
+    Ok((entries.chunks(nr).map(<[SocketAddr]>::to_vec).collect(), nr))
+}
+
+/// Rank 0 gives up: every rank that joined hears why (rather than a
+/// closed connection), and so does the user of rank 0.
+fn refuse_all(joined: Vec<TcpStream>, reason: String) -> Error {
+    let bytes = encode_refusal(&reason);
+    for mut s in joined {
+        let _ = s.write_all(&bytes);
+    }
+    setup_err(reason)
 }
 
 /// Binds one listener per rail on its local address.
@@ -229,7 +301,7 @@ pub(crate) fn gather(
         s.set_nonblocking(false)?;
         let taken: Vec<bool> = table.iter().map(Option::is_some).collect();
         let check = |p: &PeerHello| {
-            me.check(p, BOOT_RAIL).map_err(HandshakeError::Identity)?;
+            me.check_identity(p, BOOT_RAIL).map_err(HandshakeError::Identity)?;
             if taken[p.rank as usize] {
                 Err(HandshakeError::Identity(format!("rank {} joined twice", p.rank)))
             } else {
@@ -244,8 +316,18 @@ pub(crate) fn gather(
                 continue;
             }
         };
-        let row =
-            read_table(&mut s, 1, me.cfg.rails.len()).map_err(|e| setup_err(format!("rank {}: {e}", peer.rank)))?;
+        s.set_read_timeout(Some(remaining(deadline).min(me.cfg.handshake_timeout)))?;
+        let row = read_any_table(&mut s, 1);
+        let (row, count) = match row {
+            Ok(r) => r,
+            Err(e) => return Err(refuse_all(joined, format!("rank {} sent no address table: {e}", peer.rank))),
+        };
+        if let Err(why) = me.check_rail_count(peer.rank, count) {
+            // Its row was read whole: closing now sends no reset that
+            // could overtake the reason.
+            joined.push(s);
+            return Err(refuse_all(joined, why));
+        }
         table[peer.rank as usize] = row.into_iter().next();
         joined.push(s);
     }
@@ -436,5 +518,21 @@ mod tests {
         let mut huge = b.clone();
         huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(read_table(&mut &huge[..], MAX_RANKS, 2).is_err(), "no allocation from a claimed size");
+    }
+
+    #[test]
+    fn a_refusal_in_place_of_the_table_carries_its_reason() {
+        let b = encode_refusal("rank 1 has 1 rails, rank 0 has 2");
+        assert_eq!(&b[..4], b"ETRM", "magic MRTE, little-endian");
+        let e = read_table(&mut &b[..], 2, 2).unwrap_err();
+        assert_eq!(e, "rank 0 refused this rank: rank 1 has 1 rails, rank 0 has 2");
+        let long = "é".repeat(MAX_REASON);
+        let b = encode_refusal(&long);
+        assert!(b.len() <= 10 + MAX_REASON, "bounded");
+        assert!(read_table(&mut &b[..], 2, 2).unwrap_err().ends_with('é'), "cut at a character boundary");
+        // A claimed length beyond the bound reads no more than the bound.
+        let mut huge = encode_refusal("x");
+        huge[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(read_table(&mut &huge[..], 2, 2).unwrap_err().contains("could not be read"));
     }
 }
