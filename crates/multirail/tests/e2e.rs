@@ -92,10 +92,13 @@ fn shm_and_tcp_every_policy() {
     exchange_on("tcp:127.0.0.1,shm", Progress::Threaded, "16K:spread,*:adaptive", 60, 25);
 }
 
+/// The rails to one peer and the bytes each carried.
+type PeerRails = (Vec<usize>, Vec<u64>);
+
 /// Runs 3 ranks (threads of this process: one host) with `make`, every
 /// pair exchanging a validated message each way; returns each rank's
 /// rail names and, per peer, the rails used and the bytes they carried.
-fn host_job(make: impl Fn(u32) -> Builder + Sync) -> Vec<(Vec<String>, Vec<(Vec<usize>, Vec<u64>)>)> {
+fn host_job(make: impl Fn(u32) -> Builder + Sync) -> Vec<(Vec<String>, Vec<PeerRails>)> {
     job(3, make, |ep| {
         let me = ep.rank();
         let peers: Vec<u32> = (0..3).filter(|&p| p != me).collect();
