@@ -177,7 +177,7 @@ fn calibrate(args: &BenchArgs) -> anyhow::Result<String> {
 
 /// How many rails a local or testbed run uses.
 fn rail_count(args: &BenchArgs) -> anyhow::Result<usize> {
-    if let Some(p) = crate::testbed::placement(args.testbed, &args.testbed_prefix, 2)? {
+    if let Some(p) = crate::testbed::placement(args.testbed, &args.testbed_prefix, 2, Default::default())? {
         let n = p.hosts[0].rails.split(',').count();
         return Ok(args.testbed_rails.unwrap_or(n).clamp(1, n));
     }
@@ -277,6 +277,8 @@ pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
         let n = c.rails.len();
         let rail = c.rails.get(k).cloned().with_context(|| format!("--only-rail {k}: there are only {n} rails"))?;
         c.rails = vec![rail];
+        // That rail alone, also between ranks of one host.
+        c.shm = multirail::ShmMode::Off;
     }
     c.validate()?;
     Ok(c)
@@ -296,7 +298,7 @@ fn launch_local(
     spec_of(args, np)?;
     config_of(args)?;
     let pins = launch::parse_pin(&args.pin, np)?;
-    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np)?;
+    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np, args.layout())?;
     let port = launch::free_port("127.0.0.1")?;
     let root = placement.as_ref().map_or(format!("127.0.0.1:{port}"), |p| p.root(port));
     let key = std::env::var("MULTIRAIL_KEY").ok().filter(|k| !k.is_empty()).unwrap_or_else(multirail::generate_key);
@@ -307,15 +309,15 @@ fn launch_local(
     let mut children = Vec::new();
     for rank in 0..np {
         let mut env = RankEnv { rank, size: np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
-        // Ranks sharing this host (a testbed host holds one).
-        let local = if placement.is_some() { 1 } else { np };
+        // Ranks sharing this host.
+        let local = placement.as_ref().map_or(np, |p| p.hosts[rank as usize].local_size);
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
             let rails: Vec<&str> = p.hosts[rank as usize].rails.split(',').collect();
             let n = args.testbed_rails.unwrap_or(rails.len()).clamp(1, rails.len());
             env.extra.push(("MULTIRAIL_RAILS".into(), rails[..n].join(",")));
-            env.extra.push((fail::TESTBED_HOST.into(), rank.to_string()));
+            env.extra.push((fail::TESTBED_HOST.into(), p.hosts[rank as usize].host.to_string()));
             env.extra.push((fail::TESTBED_PREFIX.into(), args.testbed_prefix.clone()));
         }
         let mut cmd = launch::rank_command(&exe.to_string_lossy(), &argv, pins[rank as usize], netns.as_deref());

@@ -11,7 +11,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         anyhow::bail!("-n must be at least 1");
     }
     let pins = launch::parse_pin(&args.pin, args.np)?;
-    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np)?;
+    let layout = args.layout();
+    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np, layout)?;
     let root = match &placement {
         Some(p) => p.root(launch::free_port("127.0.0.1")?),
         None => format!("127.0.0.1:{}", launch::free_port("127.0.0.1")?),
@@ -22,7 +23,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     for rank in 0..args.np {
         let mut env =
             RankEnv { rank, size: args.np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
-        let local = if placement.is_some() { 1 } else { args.np };
+        let local = placement.as_ref().map_or(args.np, |p| p.hosts[rank as usize].local_size);
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {

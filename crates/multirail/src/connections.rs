@@ -280,10 +280,10 @@ fn attempt(shared: &Shared, me: &Me, req: ConnectRequest, addr: std::net::Socket
         Ok(c) => match adopt(shared, me, c, ConnId { generation, initiator: me.rank }) {
             Ok(true) => {
                 let what = if req.replace { "replaced a suspect connection" } else { "connected" };
-                tracing::info!("rail {rail} to rank {peer}: {what} (generation {generation})");
+                tracing::info!("rail {global} to rank {peer}: {what} (generation {generation})");
             }
             Ok(false) => {
-                tracing::debug!("rail {rail} to rank {peer}: a newer connection exists; ours dropped");
+                tracing::debug!("rail {global} to rank {peer}: a newer connection exists; ours dropped");
                 shared.with_core(|c, now| {
                     c.connect_failed(peer, rail, ConnectFailure::Transient, "superseded by another connection", now)
                 });

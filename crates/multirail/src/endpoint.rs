@@ -165,6 +165,8 @@ pub struct Endpoint {
     cfg: Config,
     /// The rails to each peer.
     routes: Arc<Routes>,
+    /// The host of every rank (see [`Endpoint::hosts`]).
+    host_of: Vec<u32>,
     /// Opens, accepts and replaces rail connections.
     connections: Option<crate::connections::Connections>,
 }
@@ -282,6 +284,7 @@ impl Endpoint {
         };
         let hosts: Vec<_> = table.iter().map(bootstrap::Row::entry).collect();
         let routes = Arc::new(Routes::plan(rank, &hosts, cfg.rails.len()));
+        let host_of = crate::hosts::host_indices(&table.iter().map(|r| r.host).collect::<Vec<_>>());
         let mut rails = boot.rails;
         if let (Some(_), Some(l)) = (routes.shm_rail(), shm_listener) {
             let shm: multirail_transport::RailSpec = "shm".parse().map_err(Error::Config)?;
@@ -314,6 +317,7 @@ impl Endpoint {
             size,
             cfg: (*cfg).clone(),
             routes,
+            host_of,
             connections: Some(connections),
         };
         if cfg.proto.eager_connect {
@@ -393,6 +397,13 @@ impl Endpoint {
     /// `MULTIRAIL_SHM=auto`), the configured rails for the others.
     pub fn rails_to(&self, peer: u32) -> Vec<usize> {
         if peer >= self.size || peer == self.rank { Vec::new() } else { self.routes.rails_to(peer) }
+    }
+    /// Where the ranks run: rank `r` is on host `hosts()[r]`, hosts
+    /// numbered from 0 in order of their first rank. Ranks on one host
+    /// share a kernel, network namespace and PID namespace (so two hosts of
+    /// `multirail testbed` are two hosts).
+    pub fn hosts(&self) -> &[u32] {
+        &self.host_of
     }
     /// Per-rail byte counters and state for the rails to `peer`, in the
     /// order of [`rails_to`](Endpoint::rails_to).

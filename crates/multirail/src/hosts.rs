@@ -70,6 +70,29 @@ fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// Numbers the hosts of a job in order of first appearance: rank `r`
+/// runs on host `out[r]`. A rank whose identity is unknown is a host of
+/// its own.
+pub(crate) fn host_indices(ids: &[HostId]) -> Vec<u32> {
+    let mut seen: HashMap<HostId, u32> = HashMap::new();
+    let mut out = Vec::with_capacity(ids.len());
+    let mut next = 0;
+    for id in ids {
+        let h = match seen.get(id) {
+            Some(&h) if id.known() => h,
+            _ => {
+                next += 1;
+                if id.known() {
+                    seen.insert(*id, next - 1);
+                }
+                next - 1
+            }
+        };
+        out.push(h);
+    }
+    out
+}
+
 /// How same-host pairs talk (MULTIRAIL_SHM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ShmMode {
@@ -239,6 +262,14 @@ mod tests {
         assert_eq!(a, HostId::local(), "stable");
         assert_eq!(parse_uuid("00112233-4455-6677-8899-aabbccddeeff\n").unwrap()[15], 0xff);
         assert!(parse_uuid("xyz").is_none());
+    }
+
+    #[test]
+    fn hosts_are_numbered_in_order_of_first_rank() {
+        let (a, b) = (host(1, 10).id, host(1, 11).id);
+        assert_eq!(host_indices(&[a, b, a, b]), [0, 1, 0, 1]);
+        assert_eq!(host_indices(&[b, b, a]), [0, 0, 1]);
+        assert_eq!(host_indices(&[a, HostId::default(), HostId::default(), a]), [0, 1, 2, 0], "unknown: alone");
     }
 
     #[test]

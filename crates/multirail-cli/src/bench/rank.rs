@@ -35,6 +35,9 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     let failure = Some(fail::Injector::prepare(plans, &mut cfg, job.rank)?).filter(|i| !i.is_empty());
     let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
     let lead = ep.rank() == 0;
+    if let Some(inj) = failure.as_ref().filter(|_| lead) {
+        inj.check_rails(&ep, 1)?;
+    }
     let info = RunInfo::from_endpoint(&ep, &spec);
     let model = if lead { super::model_columns(args, info.rails.len())? } else { None };
     let opts = osu::TableOptions { rail_stats: args.rail_stats, percentiles: false, model: model.clone() };
