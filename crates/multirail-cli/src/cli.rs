@@ -121,7 +121,8 @@ fn setting_help(what: &str, default: impl std::fmt::Display, var: &str) -> Strin
 
 fn rails_help() -> String {
     setting_help(
-        "Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, or shm (shared memory, ranks on one host)",
+        "Rails to other hosts, e.g. tcp:eth0,tcp:eth1; ranks of one host use shared memory \
+         (unless MULTIRAIL_SHM=off, or the list names shm)",
         multirail::DEFAULT_RAILS,
         "MULTIRAIL_RAILS",
     )
@@ -280,11 +281,11 @@ How ranks start:
                      host (and talk over shared memory)
 
 Examples:
-  multirail bench latency --sizes 8 --rails tcp:127.0.0.1
-  multirail bench latency --sizes 8 --compare rails=shm rails=tcp:127.0.0.1
+  MULTIRAIL_SHM=off multirail bench latency --sizes 8 --rails tcp:127.0.0.1
+  multirail bench latency --sizes 8 --compare env:MULTIRAIL_SHM=auto env:MULTIRAIL_SHM=off
   multirail bench bw --sizes 1K:4M --rail-stats
   multirail bench bw --sizes 1M,4M --compare policy=single policy=stripe policy=adaptive
-  multirail bench bw --validate --fail-rail 1@2s:for=1s
+  MULTIRAIL_SHM=off multirail bench bw --validate --fail-rail 1@2s:for=1s
   multirail bench latency --sizes 1:1M --plot latency.svg
   multirail bench bw --sizes 4K:4M --compare policy=*:single policy=*:adaptive --plot bw.png
   multirail bench bw --sizes 64K:4M --model                 measured vs the NPC'09 model

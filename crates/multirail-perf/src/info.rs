@@ -85,3 +85,24 @@ impl RunInfo {
         Some(parts.join("  "))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(test: Test, pairs: u32, hosts: &[u32]) -> RunInfo {
+        let spec = BenchSpec { pairs, ..BenchSpec::new(test) };
+        RunInfo { hosts: hosts.to_vec(), ..RunInfo::new(&Config::default(), &spec) }
+    }
+
+    #[test]
+    fn placement_names_hosts_and_which_measured_pairs_are_intra_node() {
+        let block = info(Test::MbwMr, 2, &[0, 0, 1, 1]);
+        assert_eq!(block.placement().unwrap(), "host0: 0,1  host1: 2,3  pairs: 0-2 inter-node, 1-3 inter-node");
+        let cyclic = info(Test::MultiLat, 2, &[0, 1, 0, 1]);
+        assert_eq!(cyclic.placement().unwrap(), "host0: 0,2  host1: 1,3  pairs: 0-2 intra-node, 1-3 intra-node");
+        let local = info(Test::Bw, 1, &[0, 0]);
+        assert_eq!(local.placement().unwrap(), "host0: 0,1  pairs: 0-1 intra-node");
+        assert_eq!(info(Test::Latency, 1, &[]).placement(), None, "hosts not known");
+    }
+}
