@@ -277,7 +277,10 @@ pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
         let n = c.rails.len();
         let rail = c.rails.get(k).cloned().with_context(|| format!("--only-rail {k}: there are only {n} rails"))?;
         c.rails = vec![rail];
-        // That rail alone, also between ranks of one host.
+    }
+    if args.only_rail.is_some() || args.model {
+        // That rail alone (a --model calibration run), or the rails the
+        // model predicts: also between ranks of one host.
         c.shm = multirail::ShmMode::Off;
     }
     c.validate()?;

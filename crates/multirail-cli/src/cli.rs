@@ -410,8 +410,9 @@ pub struct BenchArgs {
     /// (multi-HCA and multi-port) and measured/predicted. Link rates: each
     /// rail's single-rail bandwidth, measured first by one bw run per rail
     /// at the largest size of --sizes with the same loop counts (needs a
-    /// local or --testbed run), unless --link is given. The model is
-    /// asymptotic: expect ratios well below 1 at small sizes.
+    /// local or --testbed run), unless --link is given. The ranks use the
+    /// configured rails, also on one host (no automatic shared memory).
+    /// The model is asymptotic: expect ratios well below 1 at small sizes.
     #[arg(long, help_heading = "Model", conflicts_with_all = ["compare", "fail_rail"])]
     pub model: bool,
     /// Link rate for --model instead of measuring it: every rail, or one
