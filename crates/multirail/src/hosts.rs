@@ -12,8 +12,9 @@
 //! hosts of the emulated cluster (`multirail testbed`, one network
 //! namespace per host), different hosts, as they must be: the testbed
 //! emulates separate machines, and a `shm` rail's hand-over uses an
-//! abstract Unix socket, which is per network namespace, and its
-//! single-copy path (`process_vm_readv`) names the peer by PID.
+//! abstract Unix socket, which is per network namespace; the PID
+//! namespace keeps ranks that cannot see each other's processes apart (a
+//! single-copy path through `process_vm_readv` names the peer by PID).
 //!
 //! Rail indices: the configured rails keep their indices `0..n`, and the
 //! automatic `shm` rail, when any two ranks of the job share a host, is
