@@ -127,7 +127,7 @@ impl Me {
         }
         if p.rail_count as usize != self.cfg.rails.len() {
             return Err(format!(
-                "rank {} has {} rails, rank {} has {}: every rank needs the same number (MULTIRAIL_RAILS, MULTIRAIL_SHM)",
+                "rank {} has {} rails, rank {} has {}: every rank needs the same number (MULTIRAIL_RAILS)",
                 p.rank,
                 p.rail_count,
                 self.rank,

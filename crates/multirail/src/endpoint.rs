@@ -286,24 +286,7 @@ impl Endpoint {
         let routes = Arc::new(Routes::plan(rank, &hosts, cfg.rails.len()));
         let host_of = crate::hosts::host_indices(&table.iter().map(|r| r.host).collect::<Vec<_>>());
         let mut rails = boot.rails;
-        if let (Some(_), Some(l)) = (routes.shm_rail(), shm_listener) {
-            let shm: multirail_transport::RailSpec = "shm".parse().map_err(Error::Config)?;
-            rails.push(shm.resolve().map_err(Error::Config)?);
-            cfg.rails.push(shm);
-            listeners.push(l);
-        }
-        let same: Vec<u32> = (0..size).filter(|&p| routes.same_host(p)).collect();
-        if !same.is_empty() {
-            tracing::info!("ranks {same:?} share this host: shared memory to them (MULTIRAIL_SHM=off: the rails)");
-        }
-        // Every rank's rail listeners, the automatic shm one last.
-        let addrs: Vec<Vec<SocketAddr>> = table
-            .into_iter()
-            .map(|r| {
-                let shm = r.shm.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-                r.rails.into_iter().chain(routes.shm_rail().map(|_| shm)).collect()
-            })
-            .collect();
+        let addrs = Self::add_shm_rail(&mut cfg, &mut rails, &mut listeners, shm_listener, table, &routes)?;
         debug_assert_eq!(cfg.rails.len(), routes.rail_count());
         let cfg = Arc::new(cfg);
         let me = Me { cfg: cfg.clone(), rank, size, rails, routes: routes.clone() };
@@ -343,6 +326,35 @@ impl Endpoint {
         let missing: Vec<u32> =
             peers.iter().copied().filter(|&p| !(0..g.core.rail_count(p)).any(|r| g.core.is_rail_up(p, r))).collect();
         Err(Error::Setup(format!("no rail to ranks {missing:?} came up within the setup timeout")))
+    }
+
+    /// After meeting: if any pair uses the automatic `shm` rail, it joins
+    /// the job's rails (last; on every rank, so rail lists agree) with our
+    /// listener for it, if we have one (without, no pair of ours uses it).
+    /// Returns every rank's listener addresses by rail.
+    fn add_shm_rail(
+        cfg: &mut Config,
+        rails: &mut Vec<multirail_transport::spec::Resolved>,
+        listeners: &mut Vec<TcpListener>,
+        shm_listener: Option<TcpListener>,
+        table: bootstrap::Table,
+        routes: &Routes,
+    ) -> Result<crate::connections::Addrs, Error> {
+        if routes.shm_rail().is_some() {
+            let shm: multirail_transport::RailSpec = "shm".parse().map_err(Error::Config)?;
+            rails.push(shm.resolve().map_err(Error::Config)?);
+            cfg.rails.push(shm);
+            listeners.extend(shm_listener);
+        }
+        let same: Vec<u32> = (0..table.len() as u32).filter(|&p| routes.same_host(p)).collect();
+        if !same.is_empty() {
+            tracing::info!("ranks {same:?} share this host: shared memory to them (MULTIRAIL_SHM=off: the rails)");
+        }
+        let unused = SocketAddr::from(([127, 0, 0, 1], 0));
+        Ok(table
+            .into_iter()
+            .map(|r| r.rails.into_iter().chain(routes.shm_rail().map(|_| r.shm.unwrap_or(unused))).collect())
+            .collect())
     }
 
     /// A listener for the automatic `shm` rail's setup connections, if

@@ -150,6 +150,18 @@ fn explicit_shm_in_the_rail_list_or_shm_off_keeps_the_rails() {
 }
 
 #[test]
+fn a_rank_with_shm_off_uses_the_rails_while_the_others_use_shm() {
+    let mode = |r: u32| if r == 0 { ShmMode::Off } else { ShmMode::Auto };
+    for (me, (names, per_peer)) in host_job(|r| Endpoint::builder().shm(mode(r)).key("k")).into_iter().enumerate() {
+        assert_eq!(names.len(), 3, "every rank has the job's rail list, shm included");
+        for (p, (to, _)) in per_peer.into_iter().enumerate().filter(|&(p, _)| p != me) {
+            let want: &[usize] = if me == 0 || p == 0 { &[0, 1] } else { &[2] };
+            assert_eq!(to, want, "rank {me} to {p}");
+        }
+    }
+}
+
+#[test]
 fn four_rails_both_engines() {
     exchange(4, Progress::Polled, "*:stripe", 30, 40);
     exchange(4, Progress::Threaded, "4K:single,*:adaptive", 31, 40);
