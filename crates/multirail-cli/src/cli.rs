@@ -522,8 +522,8 @@ pub struct RunArgs {
     pub testbed_prefix: String,
     /// Ranks per testbed host (with --testbed): ranks of one host talk over
     /// shared memory, the others over the testbed's rails.
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..)
-          , requires = "testbed")]
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..),
+          requires = "testbed")]
     pub ranks_per_host: u32,
     /// How ranks fill the testbed hosts (with --testbed): block (ranks
     /// 0..K-1 on host0, K..2K-1 on host1, ...) or cyclic (rank i on host
