@@ -181,7 +181,7 @@ fn calibrate(args: &BenchArgs) -> anyhow::Result<String> {
 
 /// How many rails a local or testbed run uses.
 fn rail_count(args: &BenchArgs) -> anyhow::Result<usize> {
-    if let Some(p) = crate::testbed::placement(args.testbed, &args.testbed_prefix, 2)? {
+    if let Some(p) = crate::testbed::placement(args.testbed, &args.testbed_prefix, 2, Default::default())? {
         let n = p.hosts[0].rails.split(',').count();
         return Ok(args.testbed_rails.unwrap_or(n).clamp(1, n));
     }
@@ -320,6 +320,11 @@ pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
         let rail = c.rails.get(k).cloned().with_context(|| format!("--only-rail {k}: there are only {n} rails"))?;
         c.rails = vec![rail];
     }
+    if args.only_rail.is_some() || args.model {
+        // That rail alone (a --model calibration run), or the rails the
+        // model predicts: also between ranks of one host.
+        c.shm = multirail::ShmMode::Off;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -338,7 +343,7 @@ fn launch_local(
     spec_of(args, np)?;
     let cfg = config_of(args)?;
     let pins = launch::parse_pin(&args.pin, np)?;
-    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np)?;
+    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np, args.layout())?;
     if placement.is_none() {
         launch::check_rails(&cfg.rails, &rails_named(args))?;
     }
@@ -362,15 +367,15 @@ fn launch_local(
             extra: vec![],
             error_file: Some(errors.path(rank)),
         };
-        // Ranks sharing this host (a testbed host holds one).
-        let local = if placement.is_some() { 1 } else { np };
+        // Ranks sharing this host.
+        let local = placement.as_ref().map_or(np, |p| p.hosts[rank as usize].local_size);
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
             let rails: Vec<&str> = p.hosts[rank as usize].rails.split(',').collect();
             let n = args.testbed_rails.unwrap_or(rails.len()).clamp(1, rails.len());
             env.extra.push(("MULTIRAIL_RAILS".into(), rails[..n].join(",")));
-            env.extra.push((fail::TESTBED_HOST.into(), rank.to_string()));
+            env.extra.push((fail::TESTBED_HOST.into(), p.hosts[rank as usize].host.to_string()));
             env.extra.push((fail::TESTBED_PREFIX.into(), args.testbed_prefix.clone()));
         }
         let mut cmd = launch::rank_command(&exe.to_string_lossy(), &argv, pins[rank as usize], netns.as_deref());

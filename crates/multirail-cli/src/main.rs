@@ -9,6 +9,7 @@ mod docs;
 mod info;
 mod launch;
 mod model;
+mod placement;
 mod run;
 mod testbed;
 

@@ -11,7 +11,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         anyhow::bail!("-n must be at least 1");
     }
     let pins = launch::parse_pin(&args.pin, args.np)?;
-    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np)?;
+    let layout = args.layout();
+    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np, layout)?;
     if placement.is_none() {
         // The ranks read MULTIRAIL_* as the endpoint does: say once what
         // is wrong with them, before starting any.
@@ -38,7 +39,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             extra: vec![],
             error_file: Some(errors.path(rank)),
         };
-        let local = if placement.is_some() { 1 } else { args.np };
+        let local = placement.as_ref().map_or(args.np, |p| p.hosts[rank as usize].local_size);
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use multirail::{Builder, BytesMut, Endpoint, Finished, Progress, Request};
+use multirail::{Builder, BytesMut, Endpoint, Finished, Progress, Request, ShmMode};
 
 fn exchange(nrails: usize, progress: Progress, policy: &str, seed: u64, count: usize) {
     exchange_on(&rails(nrails), progress, policy, seed, count)
@@ -26,7 +26,7 @@ fn exchange_on(rail_list: &str, progress: Progress, policy: &str, seed: u64, cou
     let sizes = &sizes;
     job(
         2,
-        |_| Endpoint::builder().policy(policy).progress(progress).rails(rail_list).key("k"),
+        |_| Endpoint::builder().shm(ShmMode::Off).policy(policy).progress(progress).rails(rail_list).key("k"),
         |ep| {
             if ep.rank() == 0 {
                 // Everything in flight at once.
@@ -90,6 +90,75 @@ fn shm_and_tcp_every_policy() {
         exchange_on("shm,tcp:127.0.0.1", Progress::Polled, p, 50 + i as u64, 25);
     }
     exchange_on("tcp:127.0.0.1,shm", Progress::Threaded, "16K:spread,*:adaptive", 60, 25);
+}
+
+/// The rails to one peer and the bytes each carried.
+type PeerRails = (Vec<usize>, Vec<u64>);
+
+/// Runs 3 ranks (threads of this process: one host) with `make`, every
+/// pair exchanging a validated message each way; returns each rank's
+/// rail names and, per peer, the rails used and the bytes they carried.
+fn host_job(make: impl Fn(u32) -> Builder + Sync) -> Vec<(Vec<String>, Vec<PeerRails>)> {
+    job(3, make, |ep| {
+        let me = ep.rank();
+        let peers: Vec<u32> = (0..3).filter(|&p| p != me).collect();
+        let sends: Vec<Request> =
+            peers.iter().map(|&p| ep.isend(p, 5, pattern(u64::from(me), 100_000)).unwrap().into()).collect();
+        for &p in &peers {
+            let mut buf = vec![0u8; 100_000];
+            let st = ep.recv(Some(p), Some(5), &mut buf).unwrap();
+            assert_eq!(buf[..st.len as usize], pattern(u64::from(p), 100_000)[..], "from rank {p}");
+        }
+        for r in ep.wait_all(sends) {
+            r.unwrap();
+        }
+        let per_peer = (0..3)
+            .map(|p| (ep.rails_to(p), ep.rail_stats(p).iter().map(|s| s.tx_bytes + s.rx_bytes).collect()))
+            .collect();
+        let names = ep.rail_names();
+        ep.close().unwrap();
+        (names, per_peer)
+    })
+}
+
+#[test]
+fn same_host_peers_use_shm_by_default() {
+    for (me, (names, per_peer)) in host_job(|_| Endpoint::builder().key("k")).into_iter().enumerate() {
+        assert_eq!(names, ["tcp:127.0.0.1", "tcp:127.0.0.2", "shm"], "the default rails, then the automatic shm");
+        for (p, (to, bytes)) in per_peer.into_iter().enumerate().filter(|&(p, _)| p != me) {
+            assert_eq!(to, [2], "rank {me} to {p}: shm alone");
+            assert!(bytes.len() == 1 && bytes[0] > 0, "rank {me} to {p}: {bytes:?}");
+        }
+    }
+}
+
+#[test]
+fn explicit_shm_in_the_rail_list_or_shm_off_keeps_the_rails() {
+    let explicit = host_job(|_| Endpoint::builder().rails("shm,tcp:127.0.0.1").key("k"));
+    let off = host_job(|_| Endpoint::builder().rails(&rails(2)).shm(ShmMode::Off).key("k"));
+    for (label, results, want) in
+        [("shm,tcp", explicit, vec!["shm", "tcp:127.0.0.1"]), ("off", off, vec!["tcp:127.0.0.1", "tcp:127.0.0.2"])]
+    {
+        for (me, (names, per_peer)) in results.into_iter().enumerate() {
+            assert_eq!(names, want, "{label}");
+            for (p, (to, bytes)) in per_peer.into_iter().enumerate().filter(|&(p, _)| p != me) {
+                assert_eq!(to, [0, 1], "{label}: rank {me} to {p}: every configured rail");
+                assert_eq!(bytes.len(), 2, "{label}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rank_with_shm_off_uses_the_rails_while_the_others_use_shm() {
+    let mode = |r: u32| if r == 0 { ShmMode::Off } else { ShmMode::Auto };
+    for (me, (names, per_peer)) in host_job(|r| Endpoint::builder().shm(mode(r)).key("k")).into_iter().enumerate() {
+        assert_eq!(names.len(), 3, "every rank has the job's rail list, shm included");
+        for (p, (to, _)) in per_peer.into_iter().enumerate().filter(|&(p, _)| p != me) {
+            let want: &[usize] = if me == 0 || p == 0 { &[0, 1] } else { &[2] };
+            assert_eq!(to, want, "rank {me} to {p}");
+        }
+    }
 }
 
 #[test]

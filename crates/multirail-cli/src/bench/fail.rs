@@ -144,6 +144,25 @@ impl Injector {
         Ok(Injector { plans: armed })
     }
 
+    /// Once the endpoint is up: every rail to fail must be one rank 0 and
+    /// `peer` use (ranks of one host talk over shared memory alone).
+    pub fn check_rails(&self, ep: &Endpoint, peer: u32) -> anyhow::Result<()> {
+        let to = ep.rails_to(peer);
+        for a in &self.plans {
+            if to.get(a.plan.rail) != Some(&a.plan.rail) {
+                let names = ep.rail_names();
+                let used: Vec<&str> = to.iter().map(|&g| names[g].as_str()).collect();
+                bail!(
+                    "--fail-rail {}: ranks 0 and {peer} share a host and talk over {} only; to fail one of the \
+                     configured rails, run them over those (MULTIRAIL_SHM=off)",
+                    a.plan.rail,
+                    used.join(",")
+                );
+            }
+        }
+        Ok(())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.plans.is_empty()
     }

@@ -50,6 +50,9 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     };
     let spec = spec_of(args, job.size)?;
     let lead = ep.rank() == 0;
+    if let Some(inj) = failure.as_ref().filter(|_| lead) {
+        inj.check_rails(&ep, 1)?;
+    }
     let info = RunInfo::from_endpoint(&ep, &spec);
     let model = if lead { super::model_columns(args, info.rails.len())? } else { None };
     let opts = osu::TableOptions { rail_stats: args.rail_stats, full: args.full, model: model.clone() };

@@ -124,6 +124,7 @@ mod tests {
             pairs: 1,
             validate: true,
             version: "0.1.0".into(),
+            hosts: vec![],
         };
         let r = SizeResult {
             size: 0,

@@ -69,6 +69,10 @@ pub struct JsonConfig {
     pub pairs: u32,
     pub validate: bool,
     pub version: String,
+    /// The host of every rank (rank `r` on host `hosts[r]`), so a reader
+    /// knows which pairs were intra-node; absent when not known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<u32>,
 }
 
 impl JsonConfig {
@@ -85,6 +89,7 @@ impl JsonConfig {
             pairs: info.pairs,
             validate: info.validate,
             version: info.version.clone(),
+            hosts: info.hosts.clone(),
         }
     }
 }
@@ -167,6 +172,7 @@ mod tests {
             pairs: 1,
             validate: false,
             version: "0.1.0".into(),
+            hosts: vec![],
         }
     }
 

@@ -68,6 +68,9 @@ pub fn header(info: &RunInfo, opts: &TableOptions) -> String {
         Test::MultiLat => out.push_str(&format!("# [ pairs: {} ]\n", info.pairs)),
         Test::Latency => {}
     }
+    if let Some(p) = info.placement() {
+        out.push_str(&format!("# placement: {p}\n"));
+    }
     if let Some(m) = &opts.model {
         out.push_str(&m.header_line());
     }
@@ -178,6 +181,7 @@ mod tests {
             pairs: 2,
             validate: false,
             version: "0.1.0".into(),
+            hosts: vec![],
         }
     }
 
