@@ -37,6 +37,7 @@ mod engine;
 mod error;
 mod launch;
 mod shared;
+mod ofi_setup;
 mod shm_setup;
 
 pub use bytes::{Bytes, BytesMut};

@@ -92,6 +92,26 @@ fn shm_and_tcp_every_policy() {
     exchange_on("tcp:127.0.0.1,shm", Progress::Threaded, "16K:spread,*:adaptive", 60, 25);
 }
 
+/// The libfabric rail over `tcp;ofi_rxm` on two loopback addresses, alone
+/// and beside a TCP rail (built with `--features ofi`).
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_tcp_two_rails_both_engines() {
+    let two = "ofi:tcp:127.0.0.1,ofi:tcp:127.0.0.2";
+    exchange_on(two, Progress::Polled, "*:stripe", 70, 30);
+    exchange_on(two, Progress::Threaded, "16K:single,*:adaptive", 71, 30);
+    exchange_on("ofi:tcp:127.0.0.1,tcp:127.0.0.2", Progress::Polled, "16K:single,*:adaptive", 72, 20);
+}
+
+/// The libfabric `shm` provider, alone and beside the native shm rail.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_shm_rail_both_engines() {
+    exchange_on("ofi:shm", Progress::Polled, "16K:single,*:adaptive", 80, 30);
+    exchange_on("ofi:shm", Progress::Threaded, "16K:single,*:adaptive", 81, 30);
+    exchange_on("ofi:shm,shm", Progress::Polled, "*:stripe", 82, 20);
+}
+
 #[test]
 fn four_rails_both_engines() {
     exchange(4, Progress::Polled, "*:stripe", 30, 40);
