@@ -148,7 +148,11 @@ mod extra {
     unsafe extern "C" {
         /// `fi_control(fid, command, arg)`, e.g. `FI_GETWAIT` on a CQ
         /// opened with `FI_WAIT_FD` writes the fd to wait on into `*arg`.
-        pub fn mr_ofi_control(fid: *mut super::bindings::fid, command: ::core::ffi::c_int, arg: *mut ::core::ffi::c_void) -> ::core::ffi::c_int;
+        pub fn mr_ofi_control(
+            fid: *mut super::bindings::fid,
+            command: ::core::ffi::c_int,
+            arg: *mut ::core::ffi::c_void,
+        ) -> ::core::ffi::c_int;
         /// `fi_trywait(fabric, fids, count)`: 0 when it is safe to block on
         /// the wait objects of `fids`, `-FI_EAGAIN` when completions are
         /// there (read them first).

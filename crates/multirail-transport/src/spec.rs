@@ -21,7 +21,10 @@ pub enum Local {
     /// channel from [`RailSpec::resolve`]'s address, which also carries
     /// the peer's liveness. `target` is an IP address or interface to
     /// bind, or else a libfabric domain name.
-    Ofi { provider: String, target: Option<String> },
+    Ofi {
+        provider: String,
+        target: Option<String>,
+    },
 }
 
 /// One rail as configured.
@@ -60,7 +63,8 @@ impl RailSpec {
     /// was an address or an interface. `None` for other rails.
     pub fn ofi_target(&self, resolved: &Resolved) -> Option<OfiTarget> {
         let Local::Ofi { provider, target } = &self.local else { return None };
-        let bind = target.is_some() && (resolved.iface.is_some() || target.as_deref().is_some_and(|t| t.parse::<IpAddr>().is_ok()));
+        let bind = target.is_some()
+            && (resolved.iface.is_some() || target.as_deref().is_some_and(|t| t.parse::<IpAddr>().is_ok()));
         Some(OfiTarget {
             provider: provider.clone(),
             node: bind.then_some(resolved.ip),
@@ -263,10 +267,15 @@ mod tests {
         assert_eq!(v[0].local, Local::Ofi { provider: "tcp".into(), target: None });
         assert_eq!(v[1].local, Local::Ofi { provider: "tcp".into(), target: Some("127.0.0.2".into()) });
         assert_eq!(v[3].bandwidth, Some(12_500_000_000));
-        for (spec, text) in v.iter().zip(["ofi:tcp", "ofi:tcp:127.0.0.2", "ofi:shm", "ofi:verbs:mlx5_0@100000mbit", "ofi:tcp:lo"]) {
+        for (spec, text) in
+            v.iter().zip(["ofi:tcp", "ofi:tcp:127.0.0.2", "ofi:shm", "ofi:verbs:mlx5_0@100000mbit", "ofi:tcp:lo"])
+        {
             assert_eq!(spec.to_string(), text);
         }
-        assert_eq!("ofi:tcp:::1".parse::<RailSpec>().unwrap().local, Local::Ofi { provider: "tcp".into(), target: Some("::1".into()) });
+        assert_eq!(
+            "ofi:tcp:::1".parse::<RailSpec>().unwrap().local,
+            Local::Ofi { provider: "tcp".into(), target: Some("::1".into()) }
+        );
         let e = "ofi:".parse::<RailSpec>().unwrap_err();
         assert!(e.contains("expected ofi:PROVIDER"), "{e}");
         assert!("ofi:t c p".parse::<RailSpec>().is_err());

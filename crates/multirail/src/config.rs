@@ -292,7 +292,8 @@ impl Config {
             return Err(Error::Config("MULTIRAIL_CHUNK must be at least 1 byte".into()));
         }
         if !cfg!(feature = "ofi") {
-            if let Some(r) = self.rails.iter().find(|r| matches!(r.local, multirail_transport::spec::Local::Ofi { .. })) {
+            if let Some(r) = self.rails.iter().find(|r| matches!(r.local, multirail_transport::spec::Local::Ofi { .. }))
+            {
                 return Err(Error::Config(format!(
                     "rail '{r}': this multirail was built without libfabric support; rebuild with \
                      `cargo build --release --features ofi` (needs libfabric-dev)"

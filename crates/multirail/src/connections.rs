@@ -321,7 +321,8 @@ pub(crate) fn adopt(shared: &Shared, cfg: &Config, c: Conn, id: ConnId) -> Resul
             None => Box::new(shm),
         }
     } else if let Some(target) = spec.resolve().ok().and_then(|r| spec.ofi_target(&r)) {
-        crate::ofi_setup::open(c.stream, &target, cfg, caps, fault).map_err(|e| format!("rail {} ({spec}) to rank {}: {e}", c.rail, c.peer))?
+        crate::ofi_setup::open(c.stream, &target, cfg, caps, fault)
+            .map_err(|e| format!("rail {} ({spec}) to rank {}: {e}", c.rail, c.peer))?
     } else {
         let tcp = TcpRail::new(c.stream, caps, cfg.proto.limits).map_err(|e| e.to_string())?;
         match fault {

@@ -36,8 +36,8 @@ mod endpoint;
 mod engine;
 mod error;
 mod launch;
-mod shared;
 mod ofi_setup;
+mod shared;
 mod shm_setup;
 
 pub use bytes::{Bytes, BytesMut};

@@ -12,8 +12,8 @@
 
 use std::net::TcpStream;
 
-use multirail_transport::spec::OfiTarget;
 use multirail_transport::fault::FaultConfig;
+use multirail_transport::spec::OfiTarget;
 use multirail_transport::{Rail, RailCaps};
 
 use crate::Config;

@@ -73,11 +73,7 @@ impl Hints {
 /// (FI_MR_ENDPOINT), and the others only matter for RMA, which it does not
 /// use.
 fn supported_mr_mode() -> i32 {
-    (sys::FI_MR_LOCAL
-        | sys::FI_MR_VIRT_ADDR
-        | sys::FI_MR_ALLOCATED
-        | sys::FI_MR_PROV_KEY
-        | sys::FI_MR_ENDPOINT) as i32
+    (sys::FI_MR_LOCAL | sys::FI_MR_VIRT_ADDR | sys::FI_MR_ALLOCATED | sys::FI_MR_PROV_KEY | sys::FI_MR_ENDPOINT) as i32
 }
 
 /// `fi_getinfo` for an RDM endpoint with in-order sends.
@@ -328,7 +324,17 @@ impl OfiEndpoint {
         // SAFETY: the caller keeps buf alive and in place while registered;
         // keys are unique within this endpoint's own domain.
         unsafe {
-            let ret = sys::mr_ofi_mr_reg(self.domain, buf.as_ptr().cast(), buf.len(), access, 0, key, 0, &mut mr, ptr::null_mut());
+            let ret = sys::mr_ofi_mr_reg(
+                self.domain,
+                buf.as_ptr().cast(),
+                buf.len(),
+                access,
+                0,
+                key,
+                0,
+                &mut mr,
+                ptr::null_mut(),
+            );
             check("fi_mr_reg", ret)?;
             self.mrs.push(mr);
             // SAFETY: FI_MR_ENDPOINT: the registration is bound to the

@@ -22,7 +22,9 @@
 //! the peer's process is gone. `arm` calls `fi_trywait` before a sleep, as
 //! libfabric requires. A provider without a wait fd is polled: `arm` says
 //! "do not sleep" for [`SPIN_ARMS`] sleeps in a row, then lets the engine
-//! sleep until its next timer.
+//! sleep until its next timer, and its `deadline` brings an engine that
+//! does not spin (the threaded one) back every [`POLL_EVERY`] (rounded up
+//! to the event loop's millisecond).
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -30,14 +32,14 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::ptr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use multirail_ofi_sys as sys;
 use rustix::event::epoll;
 
 use super::endpoint::OfiEndpoint;
+use super::{CHUNK, EAGAIN, OfiError, c_string, check};
 use crate::spec::OfiTarget as Selector;
-use super::{CHUNK, EAGAIN, OfiError, check, c_string};
 use crate::tcp::ByteStream;
 
 /// Send buffers and receive buffers, each of [`CHUNK`] bytes.
@@ -48,6 +50,8 @@ const CQ_BATCH: usize = 16;
 const SIDE_EVERY: u32 = 256;
 /// Without a CQ wait fd: sleeps refused in a row before one is allowed.
 pub const SPIN_ARMS: u32 = 1 << 10;
+/// Without a CQ wait fd: how soon an engine that does not spin comes back.
+const POLL_EVERY: Duration = Duration::from_micros(50);
 /// Setup message: magic, then provider name and address, each with a
 /// length in front.
 const MAGIC: &[u8; 4] = b"MROF";
@@ -182,10 +186,8 @@ impl OfiStream {
                 ep.register(std::slice::from_raw_parts_mut(send_buf.ptr, send_buf.len))?,
             )
         };
-        let poller = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| OfiError {
-            call: "epoll_create",
-            code: -i64::from(e.raw_os_error()),
-        })?;
+        let poller = epoll::create(epoll::CreateFlags::CLOEXEC)
+            .map_err(|e| OfiError { call: "epoll_create", code: -i64::from(e.raw_os_error()) })?;
         let add = |fd: std::os::fd::BorrowedFd<'_>| {
             epoll::add(&poller, fd, epoll::EventData::new_u64(0), epoll::EventFlags::IN)
                 .map_err(|e| OfiError { call: "epoll_ctl", code: -i64::from(e.raw_os_error()) })
@@ -250,7 +252,9 @@ impl OfiStream {
             // region, not in use (Free), and its context is owned by self;
             // both stay in place until the completion or the endpoint's
             // close.
-            let ret = unsafe { sys::mr_ofi_recv(self.ep.ep(), self.recv_buf.slot(i).cast(), CHUNK, self.recv_desc, src, ctx.cast()) };
+            let ret = unsafe {
+                sys::mr_ofi_recv(self.ep.ep(), self.recv_buf.slot(i).cast(), CHUNK, self.recv_desc, src, ctx.cast())
+            };
             if ret == EAGAIN {
                 return Ok(());
             }
@@ -269,7 +273,14 @@ impl OfiStream {
             // SAFETY: slot i holds send_len[i] bytes and is not touched
             // until its completion; context owned by self; peer is in the AV.
             let ret = unsafe {
-                sys::mr_ofi_send(self.ep.ep(), self.send_buf.slot(i).cast(), self.send_len[i], self.send_desc, self.peer, ctx.cast())
+                sys::mr_ofi_send(
+                    self.ep.ep(),
+                    self.send_buf.slot(i).cast(),
+                    self.send_len[i],
+                    self.send_desc,
+                    self.peer,
+                    ctx.cast(),
+                )
             };
             if ret == EAGAIN {
                 return Ok(());
@@ -383,7 +394,11 @@ impl OfiStream {
             // SAFETY: the slot's receive completed (Done), so libfabric no
             // longer writes it; recv_pos + take <= len <= CHUNK.
             unsafe {
-                ptr::copy_nonoverlapping(self.recv_buf.slot(self.recv_head).add(self.recv_pos), buf[n..].as_mut_ptr(), take);
+                ptr::copy_nonoverlapping(
+                    self.recv_buf.slot(self.recv_head).add(self.recv_pos),
+                    buf[n..].as_mut_ptr(),
+                    take,
+                );
             }
             n += take;
             self.recv_pos += take;
@@ -428,7 +443,9 @@ fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>), String>
     let mut head = [0u8; 5];
     side.read_exact(&mut head).map_err(err)?;
     if &head[..4] != MAGIC {
-        return Err("the peer is not an ofi rail (is the same `ofi:` rail at the same place in both rail lists?)".into());
+        return Err(
+            "the peer is not an ofi rail (is the same `ofi:` rail at the same place in both rail lists?)".into()
+        );
     }
     let mut name = vec![0u8; head[4] as usize];
     side.read_exact(&mut name).map_err(err)?;
@@ -522,6 +539,13 @@ impl ByteStream for OfiStream {
         true
     }
 
+    fn deadline(&self) -> Option<Instant> {
+        // Without a wait fd nothing announces a completion: an engine that
+        // only services a rail on readiness or a deadline (the threaded
+        // one) must come back on its own.
+        self.ep.wait_fd().is_none().then(|| Instant::now() + POLL_EVERY)
+    }
+
     fn arm(&mut self) -> bool {
         self.engine_arms = true;
         match self.progress() {
@@ -557,7 +581,6 @@ mod tests {
     use bytes::Bytes;
     use multirail_proto::wire::frame::Limits;
     use multirail_proto::wire::{FrameHeader, Op};
-    use std::time::Instant;
 
     fn tcp_loopback() -> Selector {
         Selector { provider: "tcp".into(), node: Some("127.0.0.1".parse().unwrap()), domain: None }

@@ -199,7 +199,8 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     // Rails without readiness while we are awake: look at each.
     // (Not counted as work: an empty ring is the common case.)
     for k in 0..st.spin.len() {
-        let i = st.spin[k];
+        // Servicing may drop a rail from the list (its connection ended).
+        let Some(&i) = st.spin.get(k) else { break };
         service(shared, st, i);
         busy |= st.more[i];
     }
