@@ -29,8 +29,8 @@
 //! machine. Set `MULTIRAIL_OFI_REQUIRE=1` to turn a missing libfabric into a
 //! build error instead (CI does, so a broken install cannot pass as a skip).
 //! Code that uses the bindings is compiled only where they exist: the rail
-//! in `multirail-transport` will depend on this crate behind its `ofi`
-//! feature.
+//! in `multirail-transport` depends on this crate behind its `ofi`
+//! feature (which therefore needs libfabric).
 //!
 //! # Using the bindings
 //!
