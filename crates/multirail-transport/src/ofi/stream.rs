@@ -175,9 +175,12 @@ impl OfiStream {
         Ok(stream)
     }
 
-    fn new(mut ep: OfiEndpoint, peer: sys::fi_addr_t, side: TcpStream) -> Result<OfiStream, OfiError> {
+    fn new(ep: OfiEndpoint, peer: sys::fi_addr_t, side: TcpStream) -> Result<OfiStream, OfiError> {
         let recv_buf = Region::new(SLOTS * CHUNK);
         let send_buf = Region::new(SLOTS * CHUNK);
+        // Declared after the buffers, so that on an early return it is
+        // dropped (and its registrations closed) before they are freed.
+        let mut ep = ep;
         // SAFETY: both regions are heap allocations that never move and
         // are freed only after `ep` (declared first) has been dropped.
         let (recv_desc, send_desc) = unsafe {
@@ -226,11 +229,9 @@ impl OfiStream {
             failed: None,
             shut: false,
         };
+        // Receives the provider cannot take yet (-FI_EAGAIN) are posted by
+        // the next read, in order.
         this.post_receives()?;
-        if !this.repost.is_empty() {
-            // Freshly opened and already full: nothing will free it.
-            return Err(OfiError { call: "fi_recv", code: EAGAIN as i64 });
-        }
         Ok(this)
     }
 
