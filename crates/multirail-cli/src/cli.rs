@@ -120,7 +120,9 @@ fn setting_help(what: &str, default: impl std::fmt::Display, var: &str) -> Strin
 
 fn rails_help() -> String {
     setting_help(
-        "Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, or shm (shared memory, ranks on one host)",
+        "Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, shm (shared memory, ranks on one host) or \
+         ofi:tcp:eth0 (libfabric, with --features ofi); with --testbed, interface names are each host's \
+         (tcp:rail0,tcp:rail1 or ofi:tcp:rail0,ofi:tcp:rail1)",
         multirail::DEFAULT_RAILS,
         "MULTIRAIL_RAILS",
     )
@@ -331,7 +333,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "none", help_heading = "Ranks")]
     pub pin: String,
 
-    #[arg(long, help = rails_help(), help_heading = "multirail", conflicts_with = "testbed")]
+    #[arg(long, help = rails_help(), help_heading = "multirail")]
     pub rails: Option<String>,
     #[arg(long, help = policy_help(), help_heading = "multirail")]
     pub policy: Option<String>,
