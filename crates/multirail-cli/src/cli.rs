@@ -120,9 +120,9 @@ fn setting_help(what: &str, default: impl std::fmt::Display, var: &str) -> Strin
 
 fn rails_help() -> String {
     setting_help(
-        "Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, shm (shared memory, ranks on one host) or \
-         ofi:tcp:eth0 (libfabric, with --features ofi); with --testbed, interface names are each host's \
-         (tcp:rail0,tcp:rail1 or ofi:tcp:rail0,ofi:tcp:rail1)",
+        "Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, shm (shared memory, ranks on one host), \
+         ofi:tcp:eth0 (libfabric; a build with --features ofi); under --testbed, interfaces are each \
+         host's own: tcp:rail0,tcp:rail1",
         multirail::DEFAULT_RAILS,
         "MULTIRAIL_RAILS",
     )
