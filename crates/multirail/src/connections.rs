@@ -320,9 +320,14 @@ pub(crate) fn adopt(shared: &Shared, cfg: &Config, c: Conn, id: ConnId) -> Resul
             Some(f) => Box::new(FaultRail::new(shm, f)),
             None => Box::new(shm),
         }
-    } else if let Some(target) = spec.resolve().ok().and_then(|r| spec.ofi_target(&r)) {
-        crate::ofi_setup::open(c.stream, &target, cfg, caps, fault)
-            .map_err(|e| format!("rail {} ({spec}) to rank {}: {e}", c.rail, c.peer))?
+    } else if matches!(spec.local, multirail_transport::spec::Local::Ofi { .. }) {
+        let rail_err = |e: String| format!("rail {} ({spec}) to rank {}: {e}", c.rail, c.peer);
+        let target = spec
+            .resolve()
+            .map(|r| spec.ofi_target(&r))
+            .map_err(rail_err)?
+            .ok_or_else(|| rail_err("not an ofi rail".into()))?;
+        crate::ofi_setup::open(c.stream, &target, cfg, caps, fault).map_err(rail_err)?
     } else {
         let tcp = TcpRail::new(c.stream, caps, cfg.proto.limits).map_err(|e| e.to_string())?;
         match fault {

@@ -145,10 +145,6 @@ fn select(sel: &Selector) -> Result<(Info, bool), String> {
     ))
 }
 
-/// Serializes opening and closing endpoints within a process (see
-/// [`OfiEndpoint::open`]).
-static SETUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// An enabled RDM endpoint with its own fabric, domain, CQ and AV.
 pub struct OfiEndpoint {
     info: Info,
@@ -172,7 +168,7 @@ impl OfiEndpoint {
     /// Opens and enables an endpoint for `sel`. The CQ gets an fd to wait
     /// on where the provider offers one (`FI_WAIT_FD`), else none.
     pub fn open(sel: &Selector) -> Result<OfiEndpoint, String> {
-        let _one_at_a_time = SETUP.lock().unwrap_or_else(|p| p.into_inner());
+        let _libfabric = super::lock();
         let (info, directed) = select(sel)?;
         let mut this = OfiEndpoint {
             info,
@@ -280,6 +276,7 @@ impl OfiEndpoint {
 
     /// The endpoint's address as `fi_getname` gives it.
     pub fn address(&self) -> Result<Vec<u8>, OfiError> {
+        let _libfabric = super::lock();
         let mut buf = vec![0u8; 256];
         loop {
             let mut len = buf.len();
@@ -297,6 +294,7 @@ impl OfiEndpoint {
 
     /// Inserts the peer's address (from its `fi_getname`) into the AV.
     pub fn insert_peer(&mut self, address: &[u8]) -> Result<sys::fi_addr_t, OfiError> {
+        let _libfabric = super::lock();
         let mut addr: sys::fi_addr_t = sys::FI_ADDR_NOTAVAIL;
         // SAFETY: address holds bytes the peer says are one address of this
         // provider's format; providers validate the format (a malformed
@@ -315,6 +313,7 @@ impl OfiEndpoint {
     /// `buf` must stay allocated, and not move, until this endpoint is
     /// dropped (which closes the registration first).
     pub unsafe fn register(&mut self, buf: &mut [u8]) -> Result<*mut c_void, OfiError> {
+        let _libfabric = super::lock();
         if !self.needs_mr_local() {
             return Ok(ptr::null_mut());
         }
@@ -362,7 +361,7 @@ impl OfiEndpoint {
 
 impl Drop for OfiEndpoint {
     fn drop(&mut self) {
-        let _one_at_a_time = SETUP.lock().unwrap_or_else(|p| p.into_inner());
+        let _libfabric = super::lock();
         let mut fids: Vec<*mut sys::fid> = vec![self.ep.cast()];
         fids.extend(self.mrs.iter().map(|m| m.cast::<sys::fid>()));
         fids.extend([self.av.cast(), self.cq.cast(), self.domain.cast(), self.fabric.cast()]);

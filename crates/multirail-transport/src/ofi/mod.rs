@@ -44,6 +44,20 @@ pub type OfiRail = crate::tcp::StreamRail<OfiStream>;
 /// Bytes per `fi_send` (and per pre-posted receive buffer).
 pub const CHUNK: usize = 64 << 10;
 
+/// Every call into libfabric holds this process-wide lock. Each rail
+/// connection has its own fabric and domain (`FI_THREAD_DOMAIN`), which
+/// by the specification needs no lock across domains; but libfabric 1.17
+/// crashed here (SIGSEGV inside the library) when threads used different
+/// domains at once: closing an `ofi:tcp` endpoint while others ran, and
+/// two `ofi:shm` ranks in one process. Serializing the calls (each is
+/// short and non-blocking) avoids that at the price of parallelism
+/// between `ofi` rails of one process.
+static LIBFABRIC: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub(crate) fn lock() -> std::sync::MutexGuard<'static, ()> {
+    LIBFABRIC.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A failed libfabric call: which one and its `-FI_E*` code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OfiError {

@@ -231,7 +231,7 @@ impl OfiStream {
         };
         // Receives the provider cannot take yet (-FI_EAGAIN) are posted by
         // the next read, in order.
-        this.post_receives()?;
+        this.post_receives_locked()?;
         Ok(this)
     }
 
@@ -241,6 +241,11 @@ impl OfiStream {
         let directed = if self.ep.directed() { "directed receives" } else { "receives from any address" };
         let wait = if self.ep.wait_fd().is_some() { "CQ wait fd" } else { "polled CQ" };
         format!("{} domain {} ({directed}, {wait})", self.ep.provider(), self.ep.domain_name())
+    }
+
+    fn post_receives_locked(&mut self) -> Result<(), OfiError> {
+        let _libfabric = super::lock();
+        self.post_receives()
     }
 
     /// Posts the read-out receive slots again, in order; stops at
@@ -463,6 +468,7 @@ fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>), String>
 
 impl ByteStream for OfiStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let _libfabric = super::lock();
         let mut n = self.deliver(buf)?;
         // An engine that never arms us sleeps on raw_fd after a read that
         // finds nothing: make that sleep safe as fi_trywait requires, and
@@ -493,6 +499,7 @@ impl ByteStream for OfiStream {
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let _libfabric = super::lock();
         if self.shut {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
@@ -548,6 +555,7 @@ impl ByteStream for OfiStream {
     }
 
     fn arm(&mut self) -> bool {
+        let _libfabric = super::lock();
         self.engine_arms = true;
         match self.progress() {
             Err(_) => return true, // the next read reports it
