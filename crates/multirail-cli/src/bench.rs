@@ -179,10 +179,18 @@ fn calibrate(args: &BenchArgs) -> anyhow::Result<String> {
     Ok(rates.join(","))
 }
 
+/// The rails of a rank in a testbed host: `--rails` if given (resolved by
+/// the rank inside its host, so `tcp:rail0,tcp:rail1` or
+/// `ofi:tcp:rail0,ofi:tcp:rail1` name that host's interfaces), else the
+/// host's rail addresses.
+fn testbed_rails_of(args: &BenchArgs, host: &crate::testbed::HostPlacement) -> String {
+    args.rails.clone().unwrap_or_else(|| host.rails.clone())
+}
+
 /// How many rails a local or testbed run uses.
 fn rail_count(args: &BenchArgs) -> anyhow::Result<usize> {
     if let Some(p) = crate::testbed::placement(args.testbed, &args.testbed_prefix, 2, Default::default())? {
-        let n = p.hosts[0].rails.split(',').count();
+        let n = testbed_rails_of(args, &p.hosts[0]).split(',').count();
         return Ok(args.testbed_rails.unwrap_or(n).clamp(1, n));
     }
     Ok(config_of(args)?.rails.len())
@@ -372,7 +380,8 @@ fn launch_local(
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
-            let rails: Vec<&str> = p.hosts[rank as usize].rails.split(',').collect();
+            let host_rails = testbed_rails_of(args, &p.hosts[rank as usize]);
+            let rails: Vec<&str> = host_rails.split(',').collect();
             let n = args.testbed_rails.unwrap_or(rails.len()).clamp(1, rails.len());
             env.extra.push(("MULTIRAIL_RAILS".into(), rails[..n].join(",")));
             env.extra.push((fail::TESTBED_HOST.into(), p.hosts[rank as usize].host.to_string()));

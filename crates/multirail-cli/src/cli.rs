@@ -121,8 +121,9 @@ fn setting_help(what: &str, default: impl std::fmt::Display, var: &str) -> Strin
 
 fn rails_help() -> String {
     setting_help(
-        "Rails to other hosts, e.g. tcp:eth0,tcp:eth1; ranks of one host use shared memory \
-         (unless MULTIRAIL_SHM=off, or the list names shm)",
+        "Rails to other hosts, e.g. tcp:eth0,tcp:eth1, ofi:tcp:eth0 (libfabric; a build with --features ofi); \
+         ranks of one host use shared memory (unless MULTIRAIL_SHM=off, or the list names shm); under --testbed, \
+         interfaces are each host's own: tcp:rail0,tcp:rail1",
         multirail::DEFAULT_RAILS,
         "MULTIRAIL_RAILS",
     )
@@ -347,7 +348,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "none", help_heading = "Ranks")]
     pub pin: String,
 
-    #[arg(long, help = rails_help(), help_heading = "multirail", conflicts_with = "testbed")]
+    #[arg(long, help = rails_help(), help_heading = "multirail")]
     pub rails: Option<String>,
     #[arg(long, help = policy_help(), help_heading = "multirail")]
     pub policy: Option<String>,

@@ -103,16 +103,52 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         "",
         format!("shared memory, ranks on one host: {shm}")
     );
+    for line in ofi_lines() {
+        println!("{line}");
+    }
     println!();
     println!(
-        "Use them as MULTIRAIL_RAILS=tcp:IF1,tcp:IF2 or shm,tcp:IF1 (or --rails); default: {}",
+        "Use them as MULTIRAIL_RAILS=tcp:IF1,tcp:IF2, shm,tcp:IF1 or ofi:tcp:IF1,ofi:tcp:IF2 (or --rails); default: {}",
         multirail::DEFAULT_RAILS
     );
     Ok(())
 }
 
+/// One line per libfabric provider and domain an `ofi:` rail can use, in
+/// the table's columns, with the spec that selects it.
+#[cfg(feature = "ofi")]
+fn ofi_lines() -> Vec<String> {
+    let row = |what: &str, spec: &str| format!("{:<12} {:<6} {:>10} {:>6}  {:<40} {spec}", "(ofi)", "", "", "", what);
+    match multirail_transport::ofi::list_providers() {
+        Ok(list) if list.is_empty() => vec![row("libfabric: no provider offers FI_EP_RDM here", "-")],
+        Ok(list) => list
+            .iter()
+            .map(|p| row(&format!("libfabric {} domain {} ({})", p.provider, p.domain, p.fabric), &p.spec))
+            .collect(),
+        Err(e) => vec![row(&format!("libfabric: {e}"), "-")],
+    }
+}
+
+#[cfg(not(feature = "ofi"))]
+fn ofi_lines() -> Vec<String> {
+    vec![format!(
+        "{:<12} {:<6} {:>10} {:>6}  {:<40} -",
+        "(ofi)", "", "", "", "libfabric: not built in (cargo build --release --features ofi)"
+    )]
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ofi_providers_are_listed_with_their_specs_or_how_to_build_them() {
+        let lines = super::ofi_lines().join("\n");
+        if cfg!(feature = "ofi") {
+            assert!(lines.contains("libfabric tcp;ofi_rxm domain") && lines.contains("ofi:tcp:"), "{lines}");
+        } else {
+            assert!(lines.contains("--features ofi"), "{lines}");
+        }
+    }
+
     #[test]
     fn lists_loopback() {
         let ifs = super::interfaces().unwrap();

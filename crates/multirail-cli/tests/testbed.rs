@@ -120,6 +120,45 @@ fn rail_taken_down_with_ip_link_mid_run() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("UP"), "rail1 is back up");
 }
 
+/// The args of a validated `bench bw` in testbed `tb` over `rails`.
+fn bw_over<'a>(tb: &'a Testbed, rails: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut a =
+        vec!["bench", "bw", "--testbed", "--testbed-prefix", &tb.0, "--pin", "0,1", "--validate", "--rails", rails];
+    a.extend_from_slice(more);
+    a
+}
+
+/// Under `--testbed`, `--rails` names interfaces, which each rank resolves
+/// inside its own host: both rails carry validated 4 MiB messages.
+#[test]
+fn testbed_rails_named_by_interface_resolve_in_each_host() {
+    let Some(tb) = Testbed::up("i", "1gbit") else { return };
+    let more = ["--sizes", "1,65536,4M", "--iterations", "3", "--warmup", "1", "--rail-stats"];
+    let o = multirail(&bw_over(&tb, "tcp:rail0,tcp:rail1", &more)).output().unwrap();
+    check(&o, "bench over tcp:rail0,tcp:rail1");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("rails: tcp:rail0,tcp:rail1"), "{t}");
+    let cols: Vec<&str> = t.lines().last().unwrap().split_whitespace().collect();
+    assert_eq!(cols[2], "Pass", "{t}");
+    let share = |i: usize| cols[i].parse::<f64>().unwrap();
+    assert!(share(4) > 10.0 && share(6) > 10.0, "4 MiB messages use both rails: {t}");
+}
+
+/// Failover over the libfabric rail: `ofi:tcp` on the testbed's two rails,
+/// rail 1's link down for 700 ms mid-run, every byte validated.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_rail_taken_down_with_ip_link_mid_run() {
+    let Some(tb) = Testbed::up("o", "1gbit") else { return };
+    let more = ["--sizes", "1M", "--iterations", "60", "--warmup", "1", "--fail-rail", "1@300ms:for=700ms"];
+    let o = multirail(&bw_over(&tb, "ofi:tcp:rail0,ofi:tcp:rail1", &more)).output().unwrap();
+    let err = check(&o, "bench over ofi:tcp with a failing rail");
+    assert!(err.contains("rail 1 down at") && err.contains("back up at"), "{err}");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("rails: ofi:tcp:rail0,ofi:tcp:rail1"), "{t}");
+    assert_eq!(t.lines().last().unwrap().split_whitespace().nth(2), Some("Pass"), "{t}");
+}
+
 /// Runs `cmd` for at most `limit`; a run that does not end in time is
 /// killed and fails the test, saying what hung.
 fn bounded(mut cmd: Command, limit: Duration, what: &str) -> Output {

@@ -328,6 +328,14 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
             Some(f) => Box::new(FaultRail::new(shm, f)),
             None => Box::new(shm),
         }
+    } else if matches!(spec.local, multirail_transport::spec::Local::Ofi { .. }) {
+        let rail_err = |e: String| format!("rail {} ({spec}) to rank {}: {e}", c.rail, c.peer);
+        let target = spec
+            .resolve()
+            .map(|r| spec.ofi_target(&r))
+            .map_err(rail_err)?
+            .ok_or_else(|| rail_err("not an ofi rail".into()))?;
+        crate::ofi_setup::open(c.stream, &target, cfg, caps, fault).map_err(rail_err)?
     } else {
         let tcp = TcpRail::new(c.stream, caps, cfg.proto.limits).map_err(|e| e.to_string())?;
         match fault {

@@ -37,6 +37,7 @@ mod engine;
 mod error;
 mod hosts;
 mod launch;
+mod ofi_setup;
 mod shared;
 mod shm_setup;
 
