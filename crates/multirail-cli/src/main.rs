@@ -14,6 +14,9 @@ mod run;
 mod testbed;
 
 fn main() {
+    // A crash is reported as one (see the function), not as exit status 1.
+    #[cfg(feature = "ofi")]
+    multirail_transport::ofi::default_crash_signals();
     let cli = cli::parse();
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));

@@ -58,6 +58,23 @@ pub(crate) fn lock() -> std::sync::MutexGuard<'static, ()> {
     LIBFABRIC.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Puts the default action back on SIGSEGV, SIGBUS, SIGILL and SIGFPE.
+///
+/// Debian's libfabric loads libinfinipath (its `psm` provider), whose
+/// load-time constructor installs handlers for these signals that print a
+/// backtrace and exit with status 1, so a crash looks like an ordinary
+/// failure (and, for `multirail bench`, like a failed validation). A
+/// program that wants a crash to be reported as one (killed by the
+/// signal, core dump as configured) calls this first thing in `main`;
+/// the library itself leaves the process's handlers alone.
+pub fn default_crash_signals() {
+    for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE] {
+        // SAFETY: SIG_DFL is always a valid disposition, and these
+        // signals are not used by this program for anything else.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+}
+
 /// A failed libfabric call: which one and its `-FI_E*` code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OfiError {
@@ -157,6 +174,29 @@ pub fn list_providers() -> Result<Vec<ProviderInfo>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The handler each crash signal has now.
+    fn handler(sig: i32) -> libc::sighandler_t {
+        // SAFETY: a zeroed sigaction is a valid out-buffer; a null new
+        // action only reads the current one.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            assert_eq!(libc::sigaction(sig, std::ptr::null(), &mut old), 0);
+            old.sa_sigaction
+        }
+    }
+
+    #[test]
+    fn crash_signals_get_their_default_action_back() {
+        // In a program linked with libfabric something else holds SIGSEGV
+        // at start (libinfinipath's constructor, or Rust's stack-overflow
+        // guard where nothing else did).
+        assert_ne!(handler(libc::SIGSEGV), libc::SIG_DFL, "the premise: SIGSEGV has a handler");
+        default_crash_signals();
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE] {
+            assert_eq!(handler(sig), libc::SIG_DFL, "signal {sig}");
+        }
+    }
 
     #[test]
     fn the_tcp_provider_is_listed_with_its_spec() {
