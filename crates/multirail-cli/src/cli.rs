@@ -549,6 +549,13 @@ pub struct RunArgs {
     /// list `0,1` (at most one CPU per rank; a shorter list is reused in turn).
     #[arg(long, default_value = "none")]
     pub pin: String,
+    /// The rails of every rank (sets MULTIRAIL_RAILS for them), e.g.
+    /// tcp:eth0,tcp:eth1 or ofi:tcp:eth0,ofi:tcp:eth1. With --testbed,
+    /// interfaces are each host's own, resolved by each rank inside its
+    /// host (tcp:rail0,tcp:rail1); the default there is the host's rail
+    /// addresses.
+    #[arg(long, value_name = "SPEC")]
+    pub rails: Option<String>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub cmd: Vec<String>,

@@ -13,7 +13,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let pins = launch::parse_pin(&args.pin, args.np)?;
     let layout = args.layout();
     let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np, layout)?;
-    if placement.is_none() {
+    if let Some(r) = &args.rails {
+        let specs = multirail_transport::RailSpec::parse_list(r).map_err(|e| anyhow::anyhow!("--rails {r}: {e}"))?;
+        // Interfaces of testbed hosts exist only inside them: each rank
+        // resolves its list there.
+        if placement.is_none() {
+            launch::check_rails(&specs, &format!("--rails {r}"))?;
+        }
+    } else if placement.is_none() {
         // The ranks read MULTIRAIL_* as the endpoint does: say once what
         // is wrong with them, before starting any.
         let cfg = multirail::Config::from_env()?;
@@ -42,8 +49,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         let local = placement.as_ref().map_or(args.np, |p| p.hosts[rank as usize].local_size);
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
-        if let Some(p) = &placement {
-            env.extra.push(("MULTIRAIL_RAILS".into(), p.hosts[rank as usize].rails.clone()));
+        match (&args.rails, &placement) {
+            (Some(r), _) => env.extra.push(("MULTIRAIL_RAILS".into(), r.clone())),
+            (None, Some(p)) => env.extra.push(("MULTIRAIL_RAILS".into(), p.hosts[rank as usize].rails.clone())),
+            (None, None) => {}
         }
         let mut cmd = launch::rank_command(&args.cmd[0], &args.cmd[1..], pins[rank as usize], netns.as_deref());
         env.apply(&mut cmd);

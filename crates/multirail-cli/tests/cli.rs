@@ -462,6 +462,30 @@ fn a_cpu_that_does_not_exist_in_pin_is_an_error_naming_pin_exit_2() {
 }
 
 #[test]
+fn run_rails_are_given_to_every_rank_and_checked_before_any_starts() {
+    let o = run(&mut multirail(&[
+        "run",
+        "-n",
+        "2",
+        "--rails",
+        "tcp:127.0.0.1,tcp:127.0.0.2",
+        "--",
+        "sh",
+        "-c",
+        "echo rank=$MULTIRAIL_RANK rails=$MULTIRAIL_RAILS",
+    ]));
+    assert!(o.status.success());
+    let t = stdout(&o);
+    for r in 0..2 {
+        assert!(t.contains(&format!("rank={r} rails=tcp:127.0.0.1,tcp:127.0.0.2")), "{t}");
+    }
+    let err = fails_with(&mut multirail(&["run", "-n", "2", "--rails", "tcp:10.9.9.9", "--", "echo", "started"]), 2);
+    assert!(err.contains("--rails tcp:10.9.9.9: rail 0") && err.contains("cannot listen"), "{err}");
+    let err = fails_with(&mut multirail(&["run", "-n", "2", "--rails", "udp:1", "--", "echo", "started"]), 2);
+    assert!(err.contains("--rails udp:1"), "{err}");
+}
+
+#[test]
 fn a_rank_killed_by_a_signal_exits_2_naming_rank_and_signal() {
     let script = r#"if [ "$MULTIRAIL_RANK" = 1 ]; then kill -KILL $$; fi"#;
     let err = fails_with(&mut multirail(&["run", "-n", "2", "--", "sh", "-c", script]), 2);

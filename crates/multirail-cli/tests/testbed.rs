@@ -534,6 +534,46 @@ fn every_pair_on_two_hosts_block_and_cyclic() {
     }
 }
 
+/// `run --testbed --rails tcp:rail0,tcp:rail1`: each rank resolves the
+/// interface names inside its own host, and the pair (on two hosts)
+/// exchanges validated messages over the named rails.
+#[test]
+fn run_on_the_testbed_takes_rails_named_by_interface() {
+    let Some(tb) = Testbed::up("n", "1gbit") else { return };
+    let exe = std::env::current_exe().expect("this test binary");
+    let exe = exe.to_string_lossy();
+    let mut cmd = multirail(&[
+        "run",
+        "-n",
+        "2",
+        "--testbed",
+        "--testbed-prefix",
+        &tb.0,
+        "--rails",
+        "tcp:rail0,tcp:rail1",
+        "--",
+        &exe,
+        "all_pairs_rank",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    cmd.env(ALL_PAIRS, "1");
+    let o = bounded(cmd, Duration::from_secs(120), "run --rails tcp:rail0,tcp:rail1");
+    check(&o, "run --rails tcp:rail0,tcp:rail1");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let pairs: Vec<&str> = out.lines().filter_map(|l| l.split_once("pair ")).map(|(_, l)| l).collect();
+    assert_eq!(pairs.len(), 2, "both ranks report: {out}");
+    for p in pairs {
+        let f: Vec<&str> = p.split(' ').collect();
+        assert_ne!(f[2], f[3], "two hosts: {out}");
+        // 200 kB may go on one rail or both: each one used is a named one.
+        let used = f.get(4).copied().unwrap_or("");
+        assert!(!used.is_empty() && used.split(',').all(|r| r == "tcp:rail0" || r == "tcp:rail1"), "{out}");
+    }
+}
+
 /// `bench mbw_mr --pairs 2` on 4 ranks, 2 per host: block pairs 0-2 and
 /// 1-3 across hosts, cyclic on one host; the header says which, and
 /// rank 0's `--rail-stats` columns show shm for the intra-node pair only.
