@@ -5,6 +5,9 @@
 # Run `bench/scaling.sh --help` for what it does; bench/README.md explains
 # how to read the results.
 set -euo pipefail
+# The rails measured here are loopback TCP: the two ranks of this host must
+# use them, not the shared memory they would get by themselves.
+export MULTIRAIL_SHM=off
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)

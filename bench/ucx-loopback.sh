@@ -14,6 +14,9 @@
 # ucx-utils`). --pin runs rank 0 / the UCX client on CPU0 and the other on
 # CPU1 (default: unpinned, which is often faster on a 2-core VM).
 set -euo pipefail
+# The rails measured here are loopback TCP: the two ranks of this host must
+# use them, not the shared memory they would get by themselves.
+export MULTIRAIL_SHM=off
 rounds=5 pin=
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -23,6 +23,9 @@
 # A run that does not finish within --timeout seconds (default 90) is
 # killed and reported as a failure: the script never hangs.
 set -euo pipefail
+# Local runs fail a loopback TCP rail: the two ranks must use those rails,
+# not the shared memory two ranks of one host get by themselves.
+export MULTIRAIL_SHM=off
 runs="" testbed=0 prefix=mrfail down_for=500ms side=host0 policy="" made=0
 timeout_s=90 matrix=0 out=""
 while [ $# -gt 0 ]; do

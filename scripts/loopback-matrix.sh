@@ -9,6 +9,9 @@
 # Writes DIR/bw.txt and DIR/latency.txt (the comparison tables).
 # Loopback rails: tcp:127.0.0.1 and tcp:127.0.0.2.
 set -euo pipefail
+# The rails measured here are loopback TCP: the two ranks of this host must
+# use them, not the shared memory they would get by themselves.
+export MULTIRAIL_SHM=off
 rounds=3 pin=none out=
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -3,6 +3,7 @@
 //! mpirun/srun, or as --server/--connect); the kernels and report writers
 //! live in multirail-perf.
 
+mod agree;
 mod fail;
 mod plot;
 mod rank;
@@ -54,7 +55,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             local_size: None,
         };
         if !args.quiet {
-            eprintln!("# waiting for the client on port {}; on the other host run:", args.port);
+            eprintln!(
+                "# waiting for the client on port {} (it chooses the test and its parameters); on the other host run:",
+                args.port
+            );
             eprintln!(
                 "#   MULTIRAIL_KEY={key} multirail bench {} --connect THIS_HOST:{} ...",
                 test_of(args.test),
@@ -175,10 +179,18 @@ fn calibrate(args: &BenchArgs) -> anyhow::Result<String> {
     Ok(rates.join(","))
 }
 
+/// The rails of a rank in a testbed host: `--rails` if given (resolved by
+/// the rank inside its host, so `tcp:rail0,tcp:rail1` or
+/// `ofi:tcp:rail0,ofi:tcp:rail1` name that host's interfaces), else the
+/// host's rail addresses.
+fn testbed_rails_of(args: &BenchArgs, host: &crate::testbed::HostPlacement) -> String {
+    args.rails.clone().unwrap_or_else(|| host.rails.clone())
+}
+
 /// How many rails a local or testbed run uses.
 fn rail_count(args: &BenchArgs) -> anyhow::Result<usize> {
-    if let Some(p) = crate::testbed::placement(args.testbed, &args.testbed_prefix, 2)? {
-        let n = p.hosts[0].rails.split(',').count();
+    if let Some(p) = crate::testbed::placement(args.testbed, &args.testbed_prefix, 2, Default::default())? {
+        let n = testbed_rails_of(args, &p.hosts[0]).split(',').count();
         return Ok(args.testbed_rails.unwrap_or(n).clamp(1, n));
     }
     Ok(config_of(args)?.rails.len())
@@ -221,12 +233,40 @@ pub fn parse_sizes(s: &str) -> anyhow::Result<Vec<u64>> {
     Ok(v)
 }
 
+/// OSU's `-m [MIN:]MAX`: sizes doubling from MIN (default: the test's
+/// smallest, `smallest`) to MAX (default: OSU's largest).
+pub fn parse_message_size(s: &str, smallest: u64) -> anyhow::Result<Vec<u64>> {
+    let size = |x: &str, default: u64| match x.trim() {
+        "" => Ok(default),
+        t => parse_size(t).map_err(anyhow::Error::msg),
+    };
+    let (lo, hi) = match s.split_once(':') {
+        Some((a, b)) => (size(a, smallest)?, size(b, multirail_perf::osu::MAX_MESSAGE_SIZE)?),
+        None if s.trim().is_empty() => bail!("give [MIN:]MAX, e.g. 8, 8:1M or 1K:"),
+        None => (smallest, size(s, 0)?),
+    };
+    if lo > hi {
+        bail!("MIN {} is above MAX {}", format_size(lo), format_size(hi));
+    }
+    Ok(multirail_perf::osu_sizes(lo, hi))
+}
+
 /// The benchmark to run, from the flags.
 pub fn spec_of(args: &BenchArgs, ranks: u32) -> anyhow::Result<BenchSpec> {
     let test = test_of(args.test);
     let mut spec = BenchSpec::new(test);
     if let Some(s) = &args.sizes {
         spec.sizes = parse_sizes(s).with_context(|| format!("--sizes {s}"))?;
+    }
+    if let Some(m) = &args.message_size {
+        let smallest = spec.sizes.iter().copied().min().unwrap_or(0);
+        spec.sizes = parse_message_size(m, smallest).with_context(|| format!("-m {m}"))?;
+    }
+    if args.full && !test.is_latency() {
+        bail!(
+            "-f/--full adds per-message latency columns, which only latency and multi_lat measure \
+             (bandwidth tests time whole windows)"
+        );
     }
     spec.iterations = args.iterations;
     spec.warmup = args.warmup;
@@ -235,6 +275,16 @@ pub fn spec_of(args: &BenchArgs, ranks: u32) -> anyhow::Result<BenchSpec> {
     spec.validate = args.validate;
     spec.check(ranks)?;
     Ok(spec)
+}
+
+/// How the user gave the rails, for messages: `--rails X`,
+/// `MULTIRAIL_RAILS=X`, or the default.
+fn rails_named(args: &BenchArgs) -> String {
+    match (&args.rails, std::env::var("MULTIRAIL_RAILS").ok().filter(|v| !v.trim().is_empty())) {
+        (Some(r), _) => format!("--rails {r}"),
+        (None, Some(v)) => format!("MULTIRAIL_RAILS={v}"),
+        (None, None) => format!("the default rails ({})", multirail::DEFAULT_RAILS),
+    }
 }
 
 /// Settings: defaults, then MULTIRAIL_* variables, then flags. A value
@@ -278,6 +328,11 @@ pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
         let rail = c.rails.get(k).cloned().with_context(|| format!("--only-rail {k}: there are only {n} rails"))?;
         c.rails = vec![rail];
     }
+    if args.only_rail.is_some() || args.model {
+        // That rail alone (a --model calibration run), or the rails the
+        // model predicts: also between ranks of one host.
+        c.shm = multirail::ShmMode::Off;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -294,9 +349,13 @@ fn launch_local(
     let np = ranks_for(args);
     // Check the flags here, once, before starting anything.
     spec_of(args, np)?;
-    config_of(args)?;
+    let cfg = config_of(args)?;
     let pins = launch::parse_pin(&args.pin, np)?;
-    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np)?;
+    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np, args.layout())?;
+    if placement.is_none() {
+        launch::check_rails(&cfg.rails, &rails_named(args))?;
+    }
+    fail::parse_plans(&args.fail_rail, rail_count(args)?, placement.is_some())?;
     let port = launch::free_port("127.0.0.1")?;
     let root = placement.as_ref().map_or(format!("127.0.0.1:{port}"), |p| p.root(port));
     let key = std::env::var("MULTIRAIL_KEY").ok().filter(|k| !k.is_empty()).unwrap_or_else(multirail::generate_key);
@@ -304,18 +363,28 @@ fn launch_local(
     let exe = std::env::current_exe().context("cannot find the multirail executable")?;
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     argv.extend(extra.iter().cloned());
+    let errors = launch::RankErrors::new(&job)?;
     let mut children = Vec::new();
     for rank in 0..np {
-        let mut env = RankEnv { rank, size: np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
-        // Ranks sharing this host (a testbed host holds one).
-        let local = if placement.is_some() { 1 } else { np };
+        let mut env = RankEnv {
+            rank,
+            size: np,
+            root: root.clone(),
+            key: key.clone(),
+            job: job.clone(),
+            extra: vec![],
+            error_file: Some(errors.path(rank)),
+        };
+        // Ranks sharing this host.
+        let local = placement.as_ref().map_or(np, |p| p.hosts[rank as usize].local_size);
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
-            let rails: Vec<&str> = p.hosts[rank as usize].rails.split(',').collect();
+            let host_rails = testbed_rails_of(args, &p.hosts[rank as usize]);
+            let rails: Vec<&str> = host_rails.split(',').collect();
             let n = args.testbed_rails.unwrap_or(rails.len()).clamp(1, rails.len());
             env.extra.push(("MULTIRAIL_RAILS".into(), rails[..n].join(",")));
-            env.extra.push((fail::TESTBED_HOST.into(), rank.to_string()));
+            env.extra.push((fail::TESTBED_HOST.into(), p.hosts[rank as usize].host.to_string()));
             env.extra.push((fail::TESTBED_PREFIX.into(), args.testbed_prefix.clone()));
         }
         let mut cmd = launch::rank_command(&exe.to_string_lossy(), &argv, pins[rank as usize], netns.as_deref());
@@ -338,7 +407,7 @@ fn launch_local(
             }
         }
     }
-    Ok((launch::wait_all(children)?, lines))
+    Ok((launch::wait_all(children, &errors)?, lines))
 }
 
 /// `--compare`: every configuration once per round, alternating, then
@@ -439,7 +508,13 @@ fn record_to_result(r: JsonRecord) -> SizeResult {
         unit: r.unit,
         msg_rate: r.msg_rate,
         percentiles: match (r.p50, r.p90, r.p99) {
-            (Some(p50), Some(p90), Some(p99)) => Some(multirail_perf::Percentiles { p50, p90, p99 }),
+            (Some(p50), Some(p90), Some(p99)) => Some(multirail_perf::Percentiles {
+                min: r.min.unwrap_or(f64::NAN),
+                p50,
+                p90,
+                p99,
+                max: r.max.unwrap_or(f64::NAN),
+            }),
             _ => None,
         },
         iterations: r.iterations,
@@ -462,5 +537,17 @@ mod tests {
         assert_eq!(parse_sizes("8,64K,1M").unwrap(), vec![8, 65536, 1 << 20]);
         assert!(parse_sizes("4M:1K").is_err());
         assert!(parse_sizes("x").is_err());
+    }
+
+    #[test]
+    fn osu_message_size_is_min_colon_max() {
+        assert_eq!(parse_message_size("8", 0).unwrap(), vec![0, 1, 2, 4, 8]);
+        assert_eq!(parse_message_size("8", 1).unwrap(), vec![1, 2, 4, 8]);
+        assert_eq!(parse_message_size("8:1M", 1).unwrap().len(), 18);
+        assert_eq!(parse_message_size("2:8", 0).unwrap(), vec![2, 4, 8]);
+        let to_max = parse_message_size("1M:", 1).unwrap();
+        assert_eq!(to_max, vec![1 << 20, 2 << 20, multirail_perf::osu::MAX_MESSAGE_SIZE]);
+        assert!(parse_message_size("8:2", 1).unwrap_err().to_string().contains("above"));
+        assert!(parse_message_size("", 1).is_err() && parse_message_size("x", 1).is_err());
     }
 }

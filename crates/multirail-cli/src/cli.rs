@@ -5,6 +5,7 @@
 
 use std::ffi::OsString;
 
+use crate::placement::{Layout, Mapping};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use multirail_proto::units::format_size;
 
@@ -120,7 +121,9 @@ fn setting_help(what: &str, default: impl std::fmt::Display, var: &str) -> Strin
 
 fn rails_help() -> String {
     setting_help(
-        "Rails, e.g. tcp:127.0.0.1,tcp:127.0.0.2, tcp:eth0,tcp:eth1, or shm (shared memory, ranks on one host)",
+        "Rails to other hosts, e.g. tcp:eth0,tcp:eth1, ofi:tcp:eth0 (libfabric; a build with --features ofi); \
+         ranks of one host use shared memory (unless MULTIRAIL_SHM=off, or the list names shm); under --testbed, \
+         interfaces are each host's own: tcp:rail0,tcp:rail1",
         multirail::DEFAULT_RAILS,
         "MULTIRAIL_RAILS",
     )
@@ -180,7 +183,8 @@ pub struct Cli {
 pub enum Command {
     /// List the network interfaces and addresses usable as rails.
     Info {
-        /// Print JSON instead of a table.
+        /// Print JSON Lines instead of a table: one object per interface,
+        /// with the rail spec to use, then one for shm.
         #[arg(long)]
         json: bool,
     },
@@ -274,14 +278,17 @@ How ranks start:
   --connect H:P      this process is rank 1 and joins the server at H:P
   under mpirun/srun  rank and size from the launcher; ranks meet through PMIx
                      (Open MPI's mpirun) or at MULTIRAIL_ROOT=host:port[,host:port]
-  --testbed          rank i runs in host i of the emulated cluster
+  --testbed          rank i runs in host i of the emulated cluster; with
+                     --ranks-per-host K --mapping block|cyclic, K ranks share a
+                     host (and talk over shared memory)
 
 Examples:
-  multirail bench latency --sizes 8 --rails tcp:127.0.0.1
-  multirail bench latency --sizes 8 --compare rails=shm rails=tcp:127.0.0.1
+  MULTIRAIL_SHM=off multirail bench latency --sizes 8 --rails tcp:127.0.0.1
+  multirail bench latency --sizes 8 --compare env:MULTIRAIL_SHM=auto env:MULTIRAIL_SHM=off
   multirail bench bw --sizes 1K:4M --rail-stats
+  multirail bench latency -m 8:1M -i 1000 -x 100 -f    OSU's flags: sizes, loops, full format
   multirail bench bw --sizes 1M,4M --compare policy=single policy=stripe policy=adaptive
-  multirail bench bw --validate --fail-rail 1@2s:for=1s
+  MULTIRAIL_SHM=off multirail bench bw --validate --fail-rail 1@2s:for=1s
   multirail bench latency --sizes 1:1M --plot latency.svg
   multirail bench bw --sizes 4K:4M --compare policy=*:single policy=*:adaptive --plot bw.png
   multirail bench bw --sizes 64K:4M --model                 measured vs the NPC'09 model
@@ -325,13 +332,23 @@ pub struct BenchArgs {
     /// Use only the first N rails of the testbed (e.g. 1 for a single-rail baseline).
     #[arg(long, value_name = "N", help_heading = "Ranks")]
     pub testbed_rails: Option<usize>,
+    /// Ranks per testbed host (with --testbed): ranks of one host talk over
+    /// shared memory, the others over the testbed's rails.
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..),
+          requires = "testbed", help_heading = "Ranks")]
+    pub ranks_per_host: u32,
+    /// How ranks fill the testbed hosts (with --testbed): block (ranks
+    /// 0..K-1 on host0, K..2K-1 on host1, ...) or cyclic (rank i on host
+    /// i mod hosts).
+    #[arg(long, value_enum, default_value = "block", requires = "testbed", help_heading = "Ranks")]
+    pub mapping: Mapping,
     /// Pin local ranks to CPUs: `none`, `auto` (rank i on the i-th usable
     /// CPU) or a list `0,1` (at most one CPU per rank; a shorter list is
     /// reused in turn).
     #[arg(long, default_value = "none", help_heading = "Ranks")]
     pub pin: String,
 
-    #[arg(long, help = rails_help(), help_heading = "multirail", conflicts_with = "testbed")]
+    #[arg(long, help = rails_help(), help_heading = "multirail")]
     pub rails: Option<String>,
     #[arg(long, help = policy_help(), help_heading = "multirail")]
     pub policy: Option<String>,
@@ -346,17 +363,22 @@ pub struct BenchArgs {
     pub checksum: bool,
 
     // ----- benchmark -----
-    /// Message sizes: 8 | 1K:4M (doubling) | 8,64K,1M. Default: OSU's.
-    #[arg(long, help_heading = "Benchmark")]
+    /// Message sizes: 8 (only 8) | 1K:4M (doubling) | 8,64K,1M. Default: OSU's.
+    #[arg(long, help_heading = "Benchmark", conflicts_with = "message_size")]
     pub sizes: Option<String>,
-    /// Timed iterations per size (default: OSU's, by size).
-    #[arg(long, help_heading = "Benchmark")]
+    /// OSU's -m [MIN:]MAX: sizes doubling from MIN to MAX, e.g. -m 8 (up
+    /// to 8 from OSU's smallest: 0 for latency tests, else 1), -m 8:1M,
+    /// -m 1K: (up to OSU's largest, 4M).
+    #[arg(short = 'm', long, value_name = "[MIN:]MAX", help_heading = "Benchmark")]
+    pub message_size: Option<String>,
+    /// Timed iterations per size (OSU's -i; default: OSU's, by size).
+    #[arg(short = 'i', long, help_heading = "Benchmark")]
     pub iterations: Option<u64>,
-    /// Untimed warm-up iterations per size (default: OSU's).
-    #[arg(long, help_heading = "Benchmark")]
+    /// Untimed warm-up iterations per size (OSU's -x; default: OSU's).
+    #[arg(short = 'x', long, help_heading = "Benchmark")]
     pub warmup: Option<u64>,
-    /// Messages per window (bw, bibw, mbw_mr).
-    #[arg(long, default_value_t = 64, help_heading = "Benchmark")]
+    /// Messages per window (bw, bibw, mbw_mr; OSU's -W).
+    #[arg(short = 'W', long, default_value_t = 64, help_heading = "Benchmark")]
     pub window: u32,
     /// Rank pairs (mbw_mr, multi_lat).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Benchmark")]
@@ -396,8 +418,9 @@ pub struct BenchArgs {
     /// (multi-HCA and multi-port) and measured/predicted. Link rates: each
     /// rail's single-rail bandwidth, measured first by one bw run per rail
     /// at the largest size of --sizes with the same loop counts (needs a
-    /// local or --testbed run), unless --link is given. The model is
-    /// asymptotic: expect ratios well below 1 at small sizes.
+    /// local or --testbed run), unless --link is given. The ranks use the
+    /// configured rails, also on one host (no automatic shared memory).
+    /// The model is asymptotic: expect ratios well below 1 at small sizes.
     #[arg(long, help_heading = "Model", conflicts_with_all = ["compare", "fail_rail"])]
     pub model: bool,
     /// Link rate for --model instead of measuring it: every rail, or one
@@ -431,6 +454,11 @@ pub struct BenchArgs {
     /// Add per-rail bytes and shares as extra columns.
     #[arg(long, help_heading = "Output")]
     pub rail_stats: bool,
+    /// OSU's -f (full format), latency tests: min and max latency and
+    /// iterations beside the average, then the P50/P90/P99 latencies
+    /// (OSU's -z columns).
+    #[arg(short = 'f', long, help_heading = "Output")]
+    pub full: bool,
     /// No progress bar and no notes on stderr.
     #[arg(long, short, help_heading = "Output")]
     pub quiet: bool,
@@ -455,7 +483,9 @@ pub enum TestbedCommand {
         /// Number of rails (rail0 .. railR-1 in every host).
         #[arg(long, default_value_t = 2)]
         rails: usize,
-        /// Rate of every rail, or one per rail: 2gbit or 1gbit,3gbit.
+        /// Rate of every rail, or one per rail: 2gbit, 1gbit,3gbit or
+        /// 250MB/s (bits: kbit, mbit, gbit, kibit...; bytes: MB/s, GB/s,
+        /// GiB/s...; the README's "Rates").
         #[arg(long, default_value = "2gbit")]
         rate: String,
         /// Prefix of everything created (namespaces, links).
@@ -475,7 +505,7 @@ pub enum TestbedCommand {
         /// Prefix of the testbed to show (as given to `testbed up`).
         #[arg(long, default_value = "mr")]
         prefix: String,
-        /// Print the status as one JSON object.
+        /// Print the status as one JSON object on one line.
         #[arg(long)]
         json: bool,
     },
@@ -498,12 +528,23 @@ pub struct RunArgs {
     /// Number of ranks.
     #[arg(short = 'n', long = "np", default_value_t = 2)]
     pub np: u32,
-    /// Run rank i in testbed host i, with MULTIRAIL_RAILS set to its rails.
+    /// Run rank i in testbed host i (or as --ranks-per-host and --mapping
+    /// say), with MULTIRAIL_RAILS set to its host's rails.
     #[arg(long)]
     pub testbed: bool,
     /// Name prefix of the testbed to use (with --testbed).
     #[arg(long, default_value = "mr")]
     pub testbed_prefix: String,
+    /// Ranks per testbed host (with --testbed): ranks of one host talk over
+    /// shared memory, the others over the testbed's rails.
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..),
+          requires = "testbed")]
+    pub ranks_per_host: u32,
+    /// How ranks fill the testbed hosts (with --testbed): block (ranks
+    /// 0..K-1 on host0, K..2K-1 on host1, ...) or cyclic (rank i on host
+    /// i mod hosts).
+    #[arg(long, value_enum, default_value = "block", requires = "testbed")]
+    pub mapping: Mapping,
     /// Pin ranks to CPUs: `none`, `auto` (rank i on the i-th usable CPU) or a
     /// list `0,1` (at most one CPU per rank; a shorter list is reused in turn).
     #[arg(long, default_value = "none")]
@@ -511,4 +552,18 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub cmd: Vec<String>,
+}
+
+impl BenchArgs {
+    /// Where ranks go in a testbed.
+    pub fn layout(&self) -> Layout {
+        Layout { per_host: self.ranks_per_host, mapping: self.mapping }
+    }
+}
+
+impl RunArgs {
+    /// Where ranks go in a testbed.
+    pub fn layout(&self) -> Layout {
+        Layout { per_host: self.ranks_per_host, mapping: self.mapping }
+    }
 }

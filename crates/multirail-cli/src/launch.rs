@@ -21,6 +21,8 @@ pub struct RankEnv {
     pub job: String,
     /// Extra variables (MULTIRAIL_RAILS inside a testbed host).
     pub extra: Vec<(String, String)>,
+    /// Where the rank writes its final error ([`RankErrors::path`]).
+    pub error_file: Option<std::path::PathBuf>,
 }
 
 impl RankEnv {
@@ -31,6 +33,9 @@ impl RankEnv {
             .env("MULTIRAIL_KEY", &self.key)
             .env("MULTIRAIL_JOB", &self.job)
             .env(LAUNCHED, "1");
+        if let Some(e) = &self.error_file {
+            cmd.env(ERROR_FILE, e);
+        }
         for (k, v) in &self.extra {
             cmd.env(k, v);
         }
@@ -42,6 +47,77 @@ impl RankEnv {
 pub fn free_port(ip: &str) -> anyhow::Result<u16> {
     let l = TcpListener::bind((ip, 0)).with_context(|| format!("cannot bind a port on {ip}"))?;
     Ok(l.local_addr()?.port())
+}
+
+/// Checks, before any rank starts, that every rail can be used on this
+/// host: its interface exists and has an address, and this host can
+/// listen on that address. `named` is how the user gave the rails
+/// (`--rails X`, `MULTIRAIL_RAILS=X`), for the message.
+pub fn check_rails(rails: &[multirail_transport::RailSpec], named: &str) -> anyhow::Result<()> {
+    for (k, spec) in rails.iter().enumerate() {
+        let r = spec.resolve().map_err(|e| anyhow::anyhow!("{named}: rail {k} ({spec}): {e}"))?;
+        if let Err(e) = TcpListener::bind((r.ip, 0)) {
+            bail!(
+                "{named}: rail {k} ({spec}): cannot listen on {}: {e} (not an address of this host? \
+                 `multirail info` lists the usable ones)",
+                r.ip
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Where a rank started by a local launch writes its final error instead
+/// of stderr (`main` does), so that the launcher prints one error for the
+/// job rather than one per rank, interleaved.
+pub const ERROR_FILE: &str = "MULTIRAIL_ERROR_FILE";
+
+/// The error files of one local job, in a directory of their own that is
+/// removed when this is dropped.
+pub struct RankErrors {
+    dir: std::path::PathBuf,
+}
+
+impl RankErrors {
+    pub fn new(job: &str) -> anyhow::Result<RankErrors> {
+        let dir = std::env::temp_dir().join(format!("multirail-{job}"));
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(RankErrors { dir })
+    }
+
+    /// The file rank `rank` writes its error to.
+    pub fn path(&self, rank: u32) -> std::path::PathBuf {
+        self.dir.join(format!("rank-{rank}"))
+    }
+
+    /// The error written first, with its rank.
+    fn first(&self, ranks: u32) -> Option<(u32, String)> {
+        (0..ranks)
+            .filter_map(|r| {
+                let text = std::fs::read_to_string(self.path(r)).ok()?;
+                let (at, msg) = text.split_once('\n')?;
+                Some((at.parse::<u128>().ok()?, r, msg.trim_end().to_string()))
+            })
+            .min()
+            .map(|(_, r, msg)| (r, msg))
+    }
+}
+
+impl Drop for RankErrors {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A rank's side of [`RankErrors`]: writes `message` where the launcher
+/// looks for it; false if this process was not started by a local launch
+/// (or the file cannot be written), and the caller prints it itself.
+pub fn report_to_launcher(message: &str) -> bool {
+    let Some(path) = std::env::var_os(ERROR_FILE).filter(|_| std::env::var_os(LAUNCHED).is_some()) else {
+        return false;
+    };
+    let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    std::fs::write(path, format!("{at}\n{message}\n")).is_ok()
 }
 
 /// Parses `--pin`: `none`, `auto` or a CPU list; returns a CPU per rank.
@@ -130,7 +206,10 @@ pub fn rank_command(program: &str, args: &[String], cpu: Option<usize>, netns: O
 
 /// Waits for every child; the first failure wins. A rank killed by a
 /// signal is named with its signal and makes the exit status 2.
-pub fn wait_all(mut children: Vec<(u32, Child)>) -> anyhow::Result<i32> {
+/// A rank that wrote its error to `errors` is not reported again here;
+/// the first error written is printed once, naming its rank, at the end.
+pub fn wait_all(mut children: Vec<(u32, Child)>, errors: &RankErrors) -> anyhow::Result<i32> {
+    let ranks = children.iter().map(|(r, _)| r + 1).max().unwrap_or(0);
     let mut code = 0;
     let mut failed_at: Option<std::time::Instant> = None;
     while !children.is_empty() {
@@ -144,7 +223,7 @@ pub fn wait_all(mut children: Vec<(u32, Child)>) -> anyhow::Result<i32> {
                     }
                     if !st.success() && code == 0 {
                         code = exit_code(st);
-                        if st.signal().is_none() {
+                        if st.signal().is_none() && !errors.path(*rank).exists() {
                             eprintln!("multirail: rank {rank} exited with {st}");
                         }
                         failed_at = Some(std::time::Instant::now());
@@ -164,6 +243,10 @@ pub fn wait_all(mut children: Vec<(u32, Child)>) -> anyhow::Result<i32> {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if let Some((rank, msg)) = errors.first(ranks).filter(|_| code != 0) {
+        let named = if msg.starts_with("rank ") { msg } else { format!("rank {rank}: {msg}") };
+        eprintln!("multirail: error: {named}");
     }
     Ok(code)
 }

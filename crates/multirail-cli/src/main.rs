@@ -9,6 +9,7 @@ mod docs;
 mod info;
 mod launch;
 mod model;
+mod placement;
 mod run;
 mod testbed;
 
@@ -40,7 +41,12 @@ fn main() {
             }) {
                 std::process::exit(0);
             }
-            eprintln!("multirail: error: {e:#}");
+            // A rank of a local launch tells the launcher, which prints
+            // one error for the job.
+            let message = format!("{e:#}");
+            if !launch::report_to_launcher(&message) {
+                eprintln!("multirail: error: {message}");
+            }
             std::process::exit(2);
         }
     }

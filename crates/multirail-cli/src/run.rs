@@ -11,18 +11,35 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         anyhow::bail!("-n must be at least 1");
     }
     let pins = launch::parse_pin(&args.pin, args.np)?;
-    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np)?;
+    let layout = args.layout();
+    let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, args.np, layout)?;
+    if placement.is_none() {
+        // The ranks read MULTIRAIL_* as the endpoint does: say once what
+        // is wrong with them, before starting any.
+        let cfg = multirail::Config::from_env()?;
+        if let Some(v) = std::env::var("MULTIRAIL_RAILS").ok().filter(|v| !v.trim().is_empty()) {
+            launch::check_rails(&cfg.rails, &format!("MULTIRAIL_RAILS={v}"))?;
+        }
+    }
     let root = match &placement {
         Some(p) => p.root(launch::free_port("127.0.0.1")?),
         None => format!("127.0.0.1:{}", launch::free_port("127.0.0.1")?),
     };
     let key = multirail::generate_key();
-    let job = format!("run-{}", std::process::id());
+    let job = format!("run-{}-{}", std::process::id(), multirail::generate_key());
+    let errors = launch::RankErrors::new(&job)?;
     let mut children = Vec::new();
     for rank in 0..args.np {
-        let mut env =
-            RankEnv { rank, size: args.np, root: root.clone(), key: key.clone(), job: job.clone(), extra: vec![] };
-        let local = if placement.is_some() { 1 } else { args.np };
+        let mut env = RankEnv {
+            rank,
+            size: args.np,
+            root: root.clone(),
+            key: key.clone(),
+            job: job.clone(),
+            extra: vec![],
+            error_file: Some(errors.path(rank)),
+        };
+        let local = placement.as_ref().map_or(args.np, |p| p.hosts[rank as usize].local_size);
         env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
@@ -38,5 +55,5 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    launch::wait_all(children)
+    launch::wait_all(children, &errors)
 }

@@ -4,12 +4,18 @@ use anyhow::{Context, bail};
 use multirail_testbed::{self as tb, Prefix, Spec};
 
 use crate::cli::TestbedCommand;
+use crate::placement::Layout;
 
 pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
     match cmd {
         TestbedCommand::Up { hosts, rails, rate, prefix } => {
-            let spec =
-                Spec { prefix: prefix.parse()?, hosts, rails, rates: tb::parse_rates(&rate)?, ..Spec::default() };
+            let spec = Spec {
+                prefix: prefix.parse()?,
+                hosts,
+                rails,
+                rates: tb::parse_rates(&rate).with_context(|| format!("--rate {rate}"))?,
+                ..Spec::default()
+            };
             let status = tb::up(&spec)?;
             println!("{status}");
             println!("Run ranks in it with `multirail bench ... --testbed` or `multirail run --testbed -- CMD`;");
@@ -28,7 +34,7 @@ pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
         TestbedCommand::Status { prefix, json } => {
             let p: Prefix = prefix.parse()?;
             match tb::status(&p)? {
-                Some(st) if json => println!("{}", serde_json::to_string_pretty(&st)?),
+                Some(st) if json => print!("{}", multirail_perf::report::json::to_line(&st)),
                 Some(st) => println!("{st}"),
                 None => {
                     eprintln!("no testbed with prefix '{prefix}' (create one with `multirail testbed up`)");
@@ -53,13 +59,19 @@ fn prefix_flag(p: &Prefix) -> String {
 
 /// Where one rank runs in a testbed.
 pub struct HostPlacement {
+    /// The testbed host (`host{i}`).
+    pub host: u32,
     pub netns: String,
     /// `MULTIRAIL_RAILS` for this host: `tcp:10.77.0.1,tcp:10.77.1.1`.
     pub rails: String,
+    /// Ranks of the job on this host (`MULTIRAIL_LOCAL_SIZE`).
+    pub local_size: u32,
 }
 
-/// Rank i in host i: the namespaces, rails and the root addresses.
+/// Each rank's host (by [`Layout`]), its namespace and rails, and the root
+/// addresses.
 pub struct Placement {
+    /// By rank.
     pub hosts: Vec<HostPlacement>,
     /// Rank 0's address on every rail, where ranks meet (a rail that is
     /// down does not keep the job from starting).
@@ -73,27 +85,38 @@ impl Placement {
     }
 }
 
-/// Places `ranks` ranks in the testbed `prefix` (None when not asked).
-pub fn placement(enabled: bool, prefix: &str, ranks: u32) -> anyhow::Result<Option<Placement>> {
+/// Places `ranks` ranks in the testbed `prefix` by `layout` (None when not
+/// asked).
+pub fn placement(enabled: bool, prefix: &str, ranks: u32, layout: Layout) -> anyhow::Result<Option<Placement>> {
     if !enabled {
         return Ok(None);
     }
     let p: Prefix = prefix.parse()?;
     let st =
         tb::status(&p)?.with_context(|| format!("no testbed '{prefix}': create one with `multirail testbed up`"))?;
-    if (ranks as usize) > st.hosts.len() {
+    let need = layout.hosts(ranks);
+    if (need as usize) > st.hosts.len() {
         bail!(
-            "{ranks} ranks need {ranks} testbed hosts, testbed '{prefix}' has {} (testbed up --hosts {ranks})",
+            "{ranks} ranks at {} per host need {need} testbed hosts, testbed '{prefix}' has {} \
+             (testbed up --hosts {need}, or more --ranks-per-host)",
+            layout.per_host,
             st.hosts.len()
         );
     }
     let mut hosts = Vec::new();
-    for h in 0..ranks as usize {
-        let addrs = st.rail_addrs(h).with_context(|| format!("host{h} lacks an address on some rail"))?;
+    for rank in 0..ranks {
+        let h = layout.host_of(rank, ranks);
+        let addrs = st.rail_addrs(h as usize).with_context(|| format!("host{h} lacks an address on some rail"))?;
         let rails = addrs.iter().map(|a| format!("tcp:{a}")).collect::<Vec<_>>().join(",");
-        hosts.push(HostPlacement { netns: p.host_netns(h), rails });
+        let local_size = layout.ranks_on(h, ranks).len() as u32;
+        hosts.push(HostPlacement { host: h, netns: p.host_netns(h as usize), rails, local_size });
     }
-    let root_ips: Vec<String> =
-        st.rail_addrs(0).context("host0 lacks an address on some rail")?.iter().map(|a| a.to_string()).collect();
+    tracing::info!("testbed '{prefix}': {} ({:?})", layout.describe(ranks), layout.mapping);
+    let root_ips: Vec<String> = st
+        .rail_addrs(layout.host_of(0, ranks) as usize)
+        .context("rank 0's host lacks an address on some rail")?
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
     Ok(Some(Placement { hosts, root_ips }))
 }

@@ -57,8 +57,9 @@ fn info_lists_loopback() {
     assert!(stdout(&o).contains("127.0.0.1"));
     assert!(stdout(&o).contains("shared memory, ranks on one host: available"), "{}", stdout(&o));
     let o = run(&mut multirail(&["info", "--json"]));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(v.as_array().unwrap().iter().any(|i| i["name"] == "lo"));
+    let v: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(v.iter().any(|i| i["name"] == "lo" && i["rail_spec"] == "tcp:127.0.0.1"), "{v:?}");
+    assert!(v.iter().any(|i| i["rail_spec"] == "shm" && i["available"] == true), "{v:?}");
 }
 
 #[test]
@@ -104,8 +105,10 @@ fn bandwidth_tests_tables_and_json() {
         assert_eq!(lines[1]["size"], 1 << 20);
         assert_eq!(lines[1]["test"], test);
         assert!(lines[1]["value"].as_f64().unwrap() > 0.0);
-        assert!(lines[1]["config"]["rails"].as_array().unwrap().len() == 2);
-        assert!(lines[1]["rail_bytes"].as_array().unwrap().len() == 2);
+        // The two default loopback rails, then the automatic shm rail the
+        // two ranks of this host use.
+        assert_eq!(lines[1]["config"]["rails"], serde_json::json!(["tcp:127.0.0.1", "tcp:127.0.0.2", "shm"]));
+        assert!(lines[1]["rail_bytes"].as_array().unwrap().len() == 3);
     }
 }
 
@@ -142,7 +145,7 @@ fn csv_and_rail_stats() {
     // tests running beside this one can look silent for more than the 20 ms
     // RTO floor, and a suspected rail's window (megabytes) is then sent again
     // on the other: by design, but it would skew the split this checks.
-    c.env("MULTIRAIL_RTO_MIN_MS", "2000");
+    c.env("MULTIRAIL_RTO_MIN_MS", "2000").env("MULTIRAIL_SHM", "off");
     let o = run(&mut c);
     let t = stdout(&o);
     assert!(t.contains("rail0(%)") && t.contains("rail1(%)"), "{t}");
@@ -154,7 +157,8 @@ fn csv_and_rail_stats() {
 #[test]
 fn validate_catches_corruption_and_exits_non_zero() {
     let mut c = multirail(&["bench", "bw", "--sizes", "64K", "--validate", "--policy", "*:stripe"]);
-    c.args(TINY).env("MULTIRAIL_FAULTS", "0:corrupt=0.5,seed=1");
+    // Faults on the TCP rails: the ranks must use them.
+    c.args(TINY).env("MULTIRAIL_FAULTS", "0:corrupt=0.5,seed=1").env("MULTIRAIL_SHM", "off");
     let o = c.output().unwrap();
     assert!(!o.status.success(), "a corrupted payload must fail the run");
     let err = String::from_utf8_lossy(&o.stderr);
@@ -204,10 +208,31 @@ fn fail_rail_on_loopback_completes_validated() {
         "--fail-rail",
         "1@50ms:for=200ms",
     ]);
-    let o = run(&mut c);
+    let o = run(c.env("MULTIRAIL_SHM", "off"));
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("fail-rail: rail 1 down at"), "{err}");
+}
+
+#[test]
+fn the_default_local_run_goes_over_shared_memory() {
+    let o = run(multirail(&["bench", "bw", "--sizes", "1M", "--rail-stats"]).args(TINY));
+    let t = stdout(&o);
+    assert!(t.contains("# rails: tcp:127.0.0.1,tcp:127.0.0.2,shm "), "{t}");
+    assert!(t.contains("# placement: host0: 0,1  pairs: 0-1 intra-node"), "{t}");
+    // bw, then MB and % of rail0, rail1, rail2 (shm).
+    let (_, cols) = rows(&t)[0].clone();
+    assert_eq!((cols[2], cols[4], cols[6]), (0.0, 0.0, 100.0), "{t}");
+    // MULTIRAIL_SHM=off: the two loopback rails, as before.
+    let o = run(multirail(&["bench", "bw", "--sizes", "1M", "--rail-stats"]).args(TINY).env("MULTIRAIL_SHM", "off"));
+    let t = stdout(&o);
+    assert!(t.contains("# rails: tcp:127.0.0.1,tcp:127.0.0.2 ") && !t.contains("rail2"), "{t}");
+    assert!(rows(&t)[0].1[2] + rows(&t)[0].1[4] > 99.0, "{t}");
+    // A rail the pair does not use cannot be failed: said, not ignored.
+    let e = fails_with(multirail(&["bench", "bw", "--fail-rail", "1@1s"]).args(TINY), 2);
+    assert!(e.contains("--fail-rail 1: ranks 0 and 1 share a host") && e.contains("MULTIRAIL_SHM=off"), "{e}");
+    let e = fails_with(multirail(&["bench", "bw"]).env("MULTIRAIL_SHM", "sometimes"), 2);
+    assert!(e.contains("MULTIRAIL_SHM=sometimes") && e.contains("auto") && e.contains("off"), "{e}");
 }
 
 #[test]
@@ -454,7 +479,7 @@ fn testbed_status_without_a_testbed_exits_1_as_documented() {
 #[test]
 fn a_failed_validation_prints_a_fail_row_and_exits_1() {
     let mut c = multirail(&["bench", "bw", "--sizes", "64K", "--validate", "--policy", "*:stripe"]);
-    c.args(TINY).env("MULTIRAIL_FAULTS", "0:corrupt=0.5,seed=1");
+    c.args(TINY).env("MULTIRAIL_FAULTS", "0:corrupt=0.5,seed=1").env("MULTIRAIL_SHM", "off");
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     let t = stdout(&o);

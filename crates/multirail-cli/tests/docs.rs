@@ -7,10 +7,14 @@ use std::process::Command;
 use clap::{CommandFactory, Parser};
 
 // The command-line definitions themselves, to parse examples without
-// running them (cli.rs depends on clap and multirail's defaults only).
+// running them (cli.rs depends on clap, multirail's defaults and the
+// placement types only).
 #[allow(dead_code)]
 #[path = "../src/cli.rs"]
 mod cli;
+#[allow(dead_code)]
+#[path = "../src/placement.rs"]
+mod placement;
 
 fn multirail(args: &[&str]) -> String {
     let o = Command::new(env!("CARGO_BIN_EXE_multirail")).args(args).output().expect("multirail runs");

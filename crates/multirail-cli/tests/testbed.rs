@@ -120,6 +120,45 @@ fn rail_taken_down_with_ip_link_mid_run() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("UP"), "rail1 is back up");
 }
 
+/// The args of a validated `bench bw` in testbed `tb` over `rails`.
+fn bw_over<'a>(tb: &'a Testbed, rails: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut a =
+        vec!["bench", "bw", "--testbed", "--testbed-prefix", &tb.0, "--pin", "0,1", "--validate", "--rails", rails];
+    a.extend_from_slice(more);
+    a
+}
+
+/// Under `--testbed`, `--rails` names interfaces, which each rank resolves
+/// inside its own host: both rails carry validated 4 MiB messages.
+#[test]
+fn testbed_rails_named_by_interface_resolve_in_each_host() {
+    let Some(tb) = Testbed::up("i", "1gbit") else { return };
+    let more = ["--sizes", "1,65536,4M", "--iterations", "3", "--warmup", "1", "--rail-stats"];
+    let o = multirail(&bw_over(&tb, "tcp:rail0,tcp:rail1", &more)).output().unwrap();
+    check(&o, "bench over tcp:rail0,tcp:rail1");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("rails: tcp:rail0,tcp:rail1"), "{t}");
+    let cols: Vec<&str> = t.lines().last().unwrap().split_whitespace().collect();
+    assert_eq!(cols[2], "Pass", "{t}");
+    let share = |i: usize| cols[i].parse::<f64>().unwrap();
+    assert!(share(4) > 10.0 && share(6) > 10.0, "4 MiB messages use both rails: {t}");
+}
+
+/// Failover over the libfabric rail: `ofi:tcp` on the testbed's two rails,
+/// rail 1's link down for 700 ms mid-run, every byte validated.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_rail_taken_down_with_ip_link_mid_run() {
+    let Some(tb) = Testbed::up("o", "1gbit") else { return };
+    let more = ["--sizes", "1M", "--iterations", "60", "--warmup", "1", "--fail-rail", "1@300ms:for=700ms"];
+    let o = multirail(&bw_over(&tb, "ofi:tcp:rail0,ofi:tcp:rail1", &more)).output().unwrap();
+    let err = check(&o, "bench over ofi:tcp with a failing rail");
+    assert!(err.contains("rail 1 down at") && err.contains("back up at"), "{err}");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("rails: ofi:tcp:rail0,ofi:tcp:rail1"), "{t}");
+    assert_eq!(t.lines().last().unwrap().split_whitespace().nth(2), Some("Pass"), "{t}");
+}
+
 /// Runs `cmd` for at most `limit`; a run that does not end in time is
 /// killed and fails the test, saying what hung.
 fn bounded(mut cmd: Command, limit: Duration, what: &str) -> Output {
@@ -386,4 +425,161 @@ fn mpirun_across_testbed_hosts_meets_through_pmix() {
     assert_eq!(err.matches("wire-up through PMIx").count(), 2, "both ranks met through PMIx: {err}");
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(out.lines().filter(|l| l.ends_with("Pass")).count(), 2, "{out}");
+}
+
+// ----- several ranks per host (issue 10 item 4) -----
+
+/// Set for the ranks [`every_pair_on_two_hosts_block_and_cyclic`] starts.
+const ALL_PAIRS: &str = "MULTIRAIL_TEST_ALL_PAIRS";
+
+/// One rank of [`every_pair_on_two_hosts_block_and_cyclic`], started by
+/// `multirail run` inside a testbed host (this test binary is the rank's
+/// program): sends a 200 kB message to every other rank, validates what
+/// every other rank sent, then prints per peer `pair ME PEER MY_HOST
+/// PEER_HOST RAILS` with the rails that carried bytes.
+#[test]
+#[ignore = "a rank of every_pair_on_two_hosts_block_and_cyclic, which starts it"]
+fn all_pairs_rank() {
+    assert!(std::env::var_os(ALL_PAIRS).is_some(), "started by every_pair_on_two_hosts_block_and_cyclic only");
+    let ep = multirail::Endpoint::from_env().expect("endpoint");
+    let (me, n) = (ep.rank(), ep.size());
+    let peers: Vec<u32> = (0..n).filter(|&p| p != me).collect();
+    let len = 200_000;
+    let seed = |from: u32, to: u32| u64::from(from * 1000 + to);
+    let sends: Vec<multirail::Request> = peers
+        .iter()
+        .map(|&p| ep.isend(p, 1, multirail_proto::sim::pattern(seed(me, p), len)).expect("isend").into())
+        .collect();
+    for &p in &peers {
+        let mut buf = vec![0u8; len];
+        let st = ep.recv(Some(p), Some(1), &mut buf).expect("recv");
+        assert!(buf[..st.len as usize] == multirail_proto::sim::pattern(seed(p, me), len)[..], "from rank {p}");
+    }
+    for r in ep.wait_all(sends) {
+        r.expect("send");
+    }
+    ep.barrier().expect("barrier");
+    let names = ep.rail_names();
+    for &p in &peers {
+        let used: Vec<&str> = ep
+            .rails_to(p)
+            .iter()
+            .zip(ep.rail_stats(p))
+            .filter(|(_, s)| s.tx_bytes + s.rx_bytes > 0)
+            .map(|(&g, _)| names[g].as_str())
+            .collect();
+        println!("pair {me} {p} {} {} {}", ep.hosts()[me as usize], ep.hosts()[p as usize], used.join(","));
+    }
+    ep.close().expect("close");
+}
+
+/// 4 ranks on 2 testbed hosts, block and cyclic: every pair exchanges
+/// validated messages, pairs on one host over shared memory alone, the
+/// others over the testbed's rails alone.
+#[test]
+fn every_pair_on_two_hosts_block_and_cyclic() {
+    let Some(tb) = Testbed::up("k", "1gbit") else { return };
+    let exe = std::env::current_exe().expect("this test binary");
+    let exe = exe.to_string_lossy();
+    let block = |a: u32, b: u32| a / 2 == b / 2;
+    let cyclic = |a: u32, b: u32| a % 2 == b % 2;
+    for (mapping, same_host) in [("block", &block as &dyn Fn(u32, u32) -> bool), ("cyclic", &cyclic)] {
+        let mut cmd = multirail(&[
+            "run",
+            "-n",
+            "4",
+            "--testbed",
+            "--testbed-prefix",
+            &tb.0,
+            "--ranks-per-host",
+            "2",
+            "--mapping",
+            mapping,
+            "--",
+            &exe,
+            "all_pairs_rank",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
+        cmd.env(ALL_PAIRS, "1");
+        let o = bounded(cmd, Duration::from_secs(120), mapping);
+        check(&o, mapping);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let pairs: Vec<Vec<&str>> =
+            // A rank's line may follow the test harness's "test ... " of another.
+            out.lines().filter_map(|l| l.split_once("pair ")).map(|(_, l)| l.split(' ').collect()).collect();
+        assert_eq!(pairs.len(), 12, "{mapping}: every rank reports every peer: {out}");
+        for p in &pairs {
+            let (a, b): (u32, u32) = (p[0].parse().unwrap(), p[1].parse().unwrap());
+            let rails = p.get(4).copied().unwrap_or("");
+            if same_host(a, b) {
+                assert_eq!(p[2], p[3], "{mapping}: {a} and {b} on one host: {out}");
+                assert_eq!(rails, "shm", "{mapping}: {a}-{b} on one host: shared memory alone: {out}");
+            } else {
+                assert_ne!(p[2], p[3], "{mapping}: {a} and {b} on two hosts: {out}");
+                assert!(rails.starts_with("tcp:10.77.") && !rails.contains("shm"), "{mapping}: {a}-{b}: {out}");
+            }
+        }
+    }
+}
+
+/// `bench mbw_mr --pairs 2` on 4 ranks, 2 per host: block pairs 0-2 and
+/// 1-3 across hosts, cyclic on one host; the header says which, and
+/// rank 0's `--rail-stats` columns show shm for the intra-node pair only.
+#[test]
+fn mbw_mr_pairs_are_placed_block_or_cyclic_and_rail_stats_show_it() {
+    let Some(tb) = Testbed::up("m", "1gbit") else { return };
+    for (mapping, intra) in [("block", false), ("cyclic", true)] {
+        let args = [
+            "bench",
+            "mbw_mr",
+            "--pairs",
+            "2",
+            "--testbed",
+            "--testbed-prefix",
+            &tb.0,
+            "--ranks-per-host",
+            "2",
+            "--mapping",
+            mapping,
+            "--validate",
+            "--sizes",
+            "64K",
+            "--iterations",
+            "5",
+            "--warmup",
+            "1",
+            "--rail-stats",
+        ];
+        let o = bounded(multirail(&args), Duration::from_secs(120), mapping);
+        check(&o, mapping);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let (hosts, kind) =
+            if intra { ("host0: 0,2  host1: 1,3", "intra") } else { ("host0: 0,1  host1: 2,3", "inter") };
+        assert!(out.contains(&format!("# placement: {hosts}  pairs: 0-2 {kind}-node, 1-3 {kind}-node")), "{out}");
+        assert!(out.contains("# rails: tcp:10.77.0.1,tcp:10.77.1.1,shm "), "{mapping}: the job has a shm rail: {out}");
+        // Size, MB/s, Messages/s, Validation, then MB and % per rail.
+        let last: Vec<&str> = out.lines().last().unwrap().split_whitespace().collect();
+        assert_eq!(last[3], "Pass", "{out}");
+        let share = |rail: usize| last[5 + 2 * rail].parse::<f64>().unwrap();
+        if intra {
+            assert_eq!((share(0), share(1), share(2)), (0.0, 0.0, 100.0), "{mapping}: shm alone: {out}");
+        } else {
+            assert!(share(2) == 0.0 && share(0) + share(1) == 100.0, "{mapping}: the rails alone: {out}");
+        }
+    }
+}
+
+#[test]
+fn more_ranks_than_the_testbed_holds_is_an_error_saying_what_to_do() {
+    let Some(tb) = Testbed::up("e", "1gbit") else { return };
+    let o =
+        multirail(&["run", "-n", "5", "--testbed", "--testbed-prefix", &tb.0, "--ranks-per-host", "2", "--", "true"])
+            .output()
+            .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("5 ranks at 2 per host need 3 testbed hosts") && err.contains("--hosts 3"), "{err}");
 }

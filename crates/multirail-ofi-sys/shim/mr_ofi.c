@@ -172,3 +172,13 @@ ssize_t mr_ofi_cancel(struct fid *fid, void *context)
 {
 	return fi_cancel(fid, context);
 }
+
+int mr_ofi_control(struct fid *fid, int command, void *arg)
+{
+	return fi_control(fid, command, arg);
+}
+
+int mr_ofi_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
+{
+	return fi_trywait(fabric, fids, count);
+}

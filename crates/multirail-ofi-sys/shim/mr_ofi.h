@@ -96,6 +96,11 @@ ssize_t mr_ofi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf,
 const char *mr_ofi_cq_strerror(struct fid_cq *cq, int prov_errno,
                                const void *err_data, char *buf, size_t len);
 
+/* wait objects (declared by hand in lib.rs until bindings.rs is
+ * regenerated: see the `extra` module there) */
+int mr_ofi_control(struct fid *fid, int command, void *arg);
+int mr_ofi_trywait(struct fid_fabric *fabric, struct fid **fids, int count);
+
 /* cancellation */
 ssize_t mr_ofi_cancel(struct fid *fid, void *context);
 

@@ -29,8 +29,8 @@
 //! machine. Set `MULTIRAIL_OFI_REQUIRE=1` to turn a missing libfabric into a
 //! build error instead (CI does, so a broken install cannot pass as a skip).
 //! Code that uses the bindings is compiled only where they exist: the rail
-//! in `multirail-transport` will depend on this crate behind its `ofi`
-//! feature.
+//! in `multirail-transport` depends on this crate behind its `ofi`
+//! feature (which therefore needs libfabric).
 //!
 //! # Using the bindings
 //!
@@ -136,6 +136,32 @@ mod extra {
     pub const FI_ADDR_NOTAVAIL: fi_addr_t = u64::MAX;
     /// `FI_KEY_NOTAVAIL`: no memory registration key.
     pub const FI_KEY_NOTAVAIL: u64 = u64::MAX;
+    /// `FI_ORDER_SAS` (`msg_order`): sends are delivered in the order they
+    /// were posted, the ordering the `ofi` rail needs. Not in the
+    /// bindings' allowlist when they were generated.
+    pub const FI_ORDER_SAS: u64 = 1 << 8;
+
+    // Added to the shim after `bindings.rs` was generated, declared here by
+    // hand with the C prototypes' exact types (`shim/mr_ofi.h`); the next
+    // run of `scripts/gen-bindings.sh` (with `mr_ofi_.*` allowlisted) binds
+    // them too, and then these declarations go.
+    unsafe extern "C" {
+        /// `fi_control(fid, command, arg)`, e.g. `FI_GETWAIT` on a CQ
+        /// opened with `FI_WAIT_FD` writes the fd to wait on into `*arg`.
+        pub fn mr_ofi_control(
+            fid: *mut super::bindings::fid,
+            command: ::core::ffi::c_int,
+            arg: *mut ::core::ffi::c_void,
+        ) -> ::core::ffi::c_int;
+        /// `fi_trywait(fabric, fids, count)`: 0 when it is safe to block on
+        /// the wait objects of `fids`, `-FI_EAGAIN` when completions are
+        /// there (read them first).
+        pub fn mr_ofi_trywait(
+            fabric: *mut super::bindings::fid_fabric,
+            fids: *mut *mut super::bindings::fid,
+            count: ::core::ffi::c_int,
+        ) -> ::core::ffi::c_int;
+    }
 }
 
 #[cfg(mr_ofi_found)]

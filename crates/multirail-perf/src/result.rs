@@ -31,12 +31,15 @@ impl fmt::Display for Unit {
     }
 }
 
-/// One-way latency percentiles in microseconds.
+/// One-way latency percentiles in microseconds, with the smallest and
+/// largest sample (exact; the percentiles have 3 significant digits).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
+    pub min: f64,
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
+    pub max: f64,
 }
 
 /// The measurement of one message size (meaningful on rank 0).

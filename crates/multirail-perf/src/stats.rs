@@ -31,8 +31,8 @@ pub fn one_way_mean_us(samples_ns: &[u64]) -> f64 {
     sum as f64 / 1e3 / (2.0 * samples_ns.len() as f64)
 }
 
-/// p50/p90/p99 one-way latency in µs of round trips given in
-/// nanoseconds (3 significant digits); `None` without samples.
+/// min, p50/p90/p99 (3 significant digits) and max one-way latency in µs
+/// of round trips given in nanoseconds; `None` without samples.
 pub fn one_way_percentiles(samples_ns: &[u64]) -> Option<Percentiles> {
     if samples_ns.is_empty() {
         return None;
@@ -48,7 +48,14 @@ pub fn one_way_percentiles(samples_ns: &[u64]) -> Option<Percentiles> {
         }
     }
     let one_way_us = |q: f64| h.value_at_quantile(q) as f64 / 2.0 / 1e3;
-    Some(Percentiles { p50: one_way_us(0.50), p90: one_way_us(0.90), p99: one_way_us(0.99) })
+    let exact = |ns: Option<&u64>| ns.map_or(f64::NAN, |&s| s as f64 / 2.0 / 1e3);
+    Some(Percentiles {
+        min: exact(samples_ns.iter().min()),
+        p50: one_way_us(0.50),
+        p90: one_way_us(0.90),
+        p99: one_way_us(0.99),
+        max: exact(samples_ns.iter().max()),
+    })
 }
 
 /// Bandwidth in MB/s (MB = 10^6 bytes) of `bytes` moved in `elapsed`.
@@ -85,6 +92,7 @@ mod tests {
         let p = one_way_percentiles(&s).unwrap();
         let close = |a: f64, b: f64| (a - b).abs() <= b * 0.002;
         assert!(close(p.p50, 50.0) && close(p.p90, 90.0) && close(p.p99, 99.0), "{p:?}");
+        assert_eq!((p.min, p.max), (1.0, 100.0), "exact");
         assert_eq!(one_way_percentiles(&[]), None);
     }
 

@@ -491,3 +491,62 @@ fn a_crashed_peer_fails_pending_operations_naming_each_rail() {
     let s2 = sim.isend(0, 1, 1, pattern(1, 10));
     assert!(matches!(sim.take(0, s2), Some(Done::Send(Err(_)))));
 }
+
+#[test]
+fn small_messages_meeting_their_receive_take_the_fast_path() {
+    // Receives posted first, one rail (so frames arrive in order), whole
+    // eager messages (rounds that fit the credit, or the sender would
+    // switch to rendezvous): each is received by the fast path, and the
+    // credit it used comes back (four times the grant goes through).
+    let mut c = cfg("*:single");
+    c.unexpected_limit = 64 << 10;
+    let mut sim = Sim::new(2, &rails4()[..1], c.clone());
+    let round: Vec<usize> = (0..10).map(|i| [0, 1, 8, 1000, 4096][i % 5]).collect();
+    let rounds = 30;
+    assert!(rounds * round.iter().sum::<usize>() > 4 * (64 << 10));
+    for _ in 0..rounds {
+        send_and_verify(&mut sim, &round, true);
+    }
+    assert_eq!(sim.nodes[1].fast_received(), (rounds * round.len()) as u64);
+    sim.nodes[1].check_invariants().unwrap();
+
+    // Two rails of different latency, small messages spread over both:
+    // those that overtake an earlier one wait in the general path, and
+    // become matchable when the fast path takes the one they overtook
+    // (the simulator checks after every step that none is left behind).
+    let slow_fast = [LinkSpec::gbit(1.0, 200), LinkSpec::gbit(1.0, 5)];
+    // Two messages: the second (fast rail) overtakes the first and must
+    // not be left waiting once the first is taken.
+    for n in [2, 64] {
+        let mut sim = Sim::new(2, &slow_fast, cfg("*:round-robin"));
+        send_and_verify(&mut sim, &vec![8; n], true);
+        let fast = sim.nodes[1].fast_received() as usize;
+        assert!(fast > 0 && fast < n, "{fast} of {n} by the fast path: expected some overtaken");
+    }
+
+    // Not taken: messages that arrive before their receive.
+    let mut sim = Sim::new(2, &rails4()[..1], c.clone());
+    let sends: Vec<_> = (0..3).map(|i| sim.isend(0, 1, i, pattern(i, 8))).collect();
+    sim.run_for(Duration::from_millis(10));
+    let recvs: Vec<_> = (0..3).map(|_| sim.irecv(1, Some(0), None, 8)).collect();
+    assert!(sim.run_until(Duration::from_secs(1), |sim| recvs.iter().all(|r| sim.is_done(1, *r))
+        && sends.iter().all(|r| sim.is_done(0, *r))));
+    for (i, r) in recvs.into_iter().enumerate() {
+        let Some(Done::Recv(Ok(st), buf)) = sim.take(1, r) else { panic!("receive {i}") };
+        assert_eq!((st.tag, &buf[..]), (i as u64, &pattern(i as u64, 8)[..]));
+    }
+    assert_eq!(sim.nodes[1].fast_received(), 0);
+
+    // Not taken: a message in several fragments; a receive too small.
+    let mut c2 = c.clone();
+    c2.chunk = 1024;
+    let mut sim = Sim::new(2, &rails4()[..1], c2);
+    send_and_verify(&mut sim, &[4000, 8], true);
+    assert_eq!(sim.nodes[1].fast_received(), 1, "only the 8-byte message is whole");
+    let mut sim = Sim::new(2, &rails4()[..1], c);
+    let r = sim.irecv(1, Some(0), None, 4);
+    let s = sim.isend(0, 1, 7, pattern(7, 8));
+    assert!(sim.run_until(Duration::from_secs(1), |sim| sim.is_done(1, r) && sim.is_done(0, s)));
+    assert!(matches!(sim.take(1, r), Some(Done::Recv(Err(RecvError::Truncated { buf_len: 4, .. }), _))));
+    assert_eq!(sim.nodes[1].fast_received(), 0);
+}

@@ -1,11 +1,11 @@
-//! Link rates, written the way `tc` writes them.
+//! Link rates, shown the way `tc` writes them.
 //!
-//! Accepted: a decimal number (fractions allowed) followed by `bit`, `kbit`,
-//! `mbit`, `gbit`, `tbit` (powers of 1000) or `kibit`, `mibit`, `gibit`,
-//! `tibit` (powers of 1024), case-insensitive; a bare number means bits per
-//! second, as in `tc`. `tc`'s byte units (`bps`, `kbps`, `Mbps`, ...) are
-//! refused: `tc` reads `100Mbps` as 100 *megabytes* per second, which is
-//! almost never what someone typing it means.
+//! Read in multirail's one rate syntax
+//! ([`multirail_proto::units::parse_rate`], the same for `@RATE` in rail
+//! specs and `MULTIRAIL_FAULTS`): bits as `2gbit`, `500mbit`, `1gibit`
+//! (any case, optionally `/s`), bytes as `250MB/s`, `1GiB/s`. A bare
+//! number (bits or bytes?) and `kbps`, `Mbps`, ... are refused: `tc`
+//! reads `100Mbps` as 100 *megabytes* per second, other tools as megabits.
 //!
 //! The kernel stores rates in whole bytes per second, so a [`Rate`] does too;
 //! `1001bit` becomes 125 bytes/s, shown as `1kbit`, exactly as `tc` would.
@@ -23,28 +23,10 @@ pub struct Rate {
     bytes_per_sec: u64,
 }
 
-/// Bit units and their multipliers (the whole suffix is compared, so order
-/// does not matter). The empty suffix is `tc`'s bare number: bits.
-const UNITS: &[(&str, u128)] = &[
-    ("", 1),
-    ("bit", 1),
-    ("kbit", 1_000),
-    ("mbit", 1_000_000),
-    ("gbit", 1_000_000_000),
-    ("tbit", 1_000_000_000_000),
-    ("kibit", 1 << 10),
-    ("mibit", 1 << 20),
-    ("gibit", 1 << 30),
-    ("tibit", 1 << 40),
-];
-
 /// Units tried, largest first, when formatting; the first that divides the
 /// rate exactly wins.
 const DISPLAY_UNITS: &[(&str, u64)] =
     &[("tbit", 1_000_000_000_000), ("gbit", 1_000_000_000), ("mbit", 1_000_000), ("kbit", 1_000)];
-
-/// Most fraction digits accepted (`1.000000001gbit` is one bit more).
-const MAX_FRACTION_DIGITS: u32 = 12;
 
 impl Rate {
     /// A rate of `bytes_per_sec` bytes per second; `None` for zero.
@@ -77,50 +59,10 @@ impl Rate {
 impl FromStr for Rate {
     type Err = Error;
     fn from_str(text: &str) -> Result<Rate> {
-        let bad = |reason: &str| Error::InvalidRate { input: text.to_owned(), reason: reason.to_owned() };
-        let trimmed = text.trim();
-        let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
-        let (number, suffix) = trimmed.split_at(split);
-        let scale = unit_scale(suffix).map_err(|reason| bad(&reason))?;
-        let bits = scale_decimal(number, scale).map_err(|reason| bad(&reason))?;
-        let bits = u64::try_from(bits).map_err(|_| bad("too large"))?;
-        Rate::from_bits_per_sec(bits).ok_or_else(|| bad("must be at least 8bit (one byte per second)"))
+        let bad = |reason: String| Error::InvalidRate { input: text.to_owned(), reason };
+        let bits = multirail_proto::units::parse_rate(text).map_err(bad)?;
+        Rate::from_bits_per_sec(bits).ok_or_else(|| bad("must be at least 8bit (one byte per second)".into()))
     }
-}
-
-/// Multiplier of a unit suffix, or why it is refused.
-fn unit_scale(suffix: &str) -> std::result::Result<u128, String> {
-    let lower = suffix.to_ascii_lowercase();
-    if let Some(&(_, scale)) = UNITS.iter().find(|(name, _)| *name == lower) {
-        return Ok(scale);
-    }
-    if lower.ends_with("bps") {
-        return Err(format!(
-            "byte units like `{suffix}` are refused (tc reads them as bytes per second); \
-             write bits: `kbit`, `mbit`, `gbit`"
-        ));
-    }
-    Err(format!("unknown unit `{suffix}`: use bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit or tibit"))
-}
-
-/// `number × scale`, computed exactly and truncated to an integer.
-fn scale_decimal(number: &str, scale: u128) -> std::result::Result<u128, String> {
-    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    if int_part.is_empty() && frac_part.is_empty() {
-        return Err("expected a number, e.g. `2gbit` or `500mbit`".to_owned());
-    }
-    if frac_part.contains('.') {
-        return Err("more than one decimal point".to_owned());
-    }
-    let frac_digits = u32::try_from(frac_part.len()).unwrap_or(u32::MAX);
-    if frac_digits > MAX_FRACTION_DIGITS {
-        return Err(format!("at most {MAX_FRACTION_DIGITS} digits after the point"));
-    }
-    let digits = format!("{int_part}{frac_part}");
-    let too_large = || "too large".to_owned();
-    let mantissa: u128 = digits.parse().map_err(|_| too_large())?;
-    let scaled = mantissa.checked_mul(scale).ok_or_else(too_large)?;
-    Ok(scaled / 10u128.pow(frac_digits))
 }
 
 impl fmt::Display for Rate {
@@ -173,7 +115,6 @@ mod tests {
         assert_eq!(bits("500mbit"), 500_000_000);
         assert_eq!(bits("64kbit"), 64_000);
         assert_eq!(bits("800bit"), 800);
-        assert_eq!(bits("800"), 800, "bare number is bits, as in tc");
         assert_eq!(bits("1tbit"), 1_000_000_000_000);
         assert_eq!(bits("1kibit"), 1024);
         assert_eq!(bits("1mibit"), 1 << 20);
@@ -197,17 +138,24 @@ mod tests {
 
     #[test]
     fn rejects_nonsense() {
-        for bad in ["", "gbit", "2 gbit", "2xbit", "-1gbit", "1.2.3gbit", "0", "7bit", "1e9"] {
+        for bad in ["", "gbit", "2 gbit", "2xbit", "-1gbit", "1.2.3gbit", "0", "7bit", "1e9", "800"] {
             assert!(bad.parse::<Rate>().is_err(), "{bad:?} should be rejected");
         }
         assert!("99999999999999999999tbit".parse::<Rate>().is_err());
     }
 
     #[test]
-    fn byte_units_are_refused_with_a_reason() {
+    fn ambiguous_units_are_refused_with_a_reason() {
         let err = "100Mbps".parse::<Rate>().unwrap_err().to_string();
         assert!(err.contains("bytes per second"), "{err}");
         assert!(err.contains("mbit"), "{err}");
+    }
+
+    #[test]
+    fn byte_rates_as_everywhere_in_multirail() {
+        assert_eq!(bits("250MB/s"), 2_000_000_000);
+        assert_eq!(bits("1GiB/s"), 8 << 30);
+        assert_eq!(bits("2Gbit/s"), 2_000_000_000);
     }
 
     #[test]

@@ -13,6 +13,9 @@
 //! * [`fault::FaultRail`]: wraps any rail and injects seeded faults (drop,
 //!   corrupt, delay, rate limit, kill) for tests and failover demos.
 //!
+//! * `ofi::OfiRail` (cargo feature `ofi`): an `FI_EP_RDM` endpoint of a
+//!   libfabric provider (`ofi:tcp`, `ofi:shm`, `ofi:verbs`...) per peer.
+//!
 //! [`shm`] holds the building blocks of a shared-memory rail between
 //! processes on one host (rings in a memfd segment, a Unix-socket
 //! doorbell); it is the only module with `unsafe` code.
@@ -22,12 +25,16 @@
 //! stream before a connection becomes a rail.
 
 // `unsafe` is allowed only in `shm` (mmap, atomics in shared memory,
-// SCM_RIGHTS); every block there carries a `// SAFETY:` comment.
+// SCM_RIGHTS) and `ofi` (the libfabric FFI); every block there carries a
+// `// SAFETY:` comment.
 #![deny(unsafe_code)]
 
 pub mod fault;
 pub mod handshake;
 pub mod loopback;
+#[cfg(feature = "ofi")]
+#[allow(unsafe_code)]
+pub mod ofi;
 #[allow(unsafe_code)]
 pub mod shm;
 pub mod spec;

@@ -133,6 +133,11 @@ pub trait ByteStream: Send {
     fn arm(&mut self) -> bool {
         false
     }
+    /// See [`Rail::deadline`]: a stream whose new bytes make no fd
+    /// readable at all asks to be looked at again by then.
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
 }
 
 impl ByteStream for TcpStream {
@@ -291,6 +296,10 @@ impl<S: ByteStream> Rail for StreamRail<S> {
 
     fn poll_fd(&self) -> Option<RawFd> {
         Some(self.stream.raw_fd())
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.stream.deadline()
     }
 
     fn send(&mut self, header: &FrameHeader, payload: Bytes) {

@@ -13,11 +13,18 @@ use multirail_transport::handshake::{self, HandshakeFailure};
 use multirail_transport::spec::Resolved;
 use multirail_transport::tcp;
 
+use crate::hosts::{HOST_ID_LEN, HostEntry, HostId, Routes};
 use crate::{Config, Error};
 
 /// Rail index used in the HELLO of the bootstrap connection.
 pub const BOOT_RAIL: u16 = u16::MAX;
-const TABLE_MAGIC: u32 = 0x4d52_5442; // "MRTB"
+const TABLE_MAGIC: u32 = 0x4d52_5448; // "MRTH": rows with a host identity
+/// Rank 0's refusal, sent instead of the table: a reason for the user.
+const REFUSAL_MAGIC: u32 = 0x4d52_5445; // "MRTE"
+/// Version of the refusal message.
+const REFUSAL_VERSION: u16 = 1;
+/// Longest refusal reason sent or read.
+const MAX_REASON: usize = 4096;
 const ENTRY: usize = 19;
 /// Largest job the address table describes.
 pub(crate) const MAX_RANKS: u32 = 1 << 16;
@@ -31,8 +38,26 @@ pub(crate) struct Conn {
     pub hello: PeerHello,
 }
 
-/// Every rank's rail listener addresses, by rank then rail.
-pub(crate) type Table = Vec<Vec<SocketAddr>>;
+/// One rank's row of the address table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Row {
+    /// Where the rank runs ([`crate::hosts`]).
+    pub host: HostId,
+    /// Its listener for the automatic `shm` rail (none with
+    /// `MULTIRAIL_SHM=off` or a rail list naming `shm`).
+    pub shm: Option<SocketAddr>,
+    /// Its rail listeners, in rail order.
+    pub rails: Vec<SocketAddr>,
+}
+
+impl Row {
+    pub fn entry(&self) -> HostEntry {
+        HostEntry { id: self.host, shm: self.shm.is_some() }
+    }
+}
+
+/// Every rank's row, in rank order.
+pub(crate) type Table = Vec<Row>;
 
 /// Where this rank meets the others.
 pub enum Root {
@@ -55,6 +80,8 @@ pub(crate) struct Me {
     pub rank: u32,
     pub size: u32,
     pub rails: Vec<Resolved>,
+    /// The rails to each peer (uniform while meeting).
+    pub routes: std::sync::Arc<Routes>,
 }
 
 impl Me {
@@ -89,6 +116,14 @@ impl Me {
 
     /// Vets the identity a connecting peer claims.
     pub fn check(&self, p: &PeerHello, rail: u16) -> Result<(), String> {
+        self.check_identity(p, rail)?;
+        self.check_rail_count(p.rank, p.rail_count as usize)
+    }
+
+    /// Vets rank, size and rail index (not the rail count: at the root a
+    /// different count is refused after the handshake, with a reason the
+    /// joining rank reads, §2 of docs/protocol.md).
+    fn check_identity(&self, p: &PeerHello, rail: u16) -> Result<(), String> {
         if p.size != self.size {
             return Err(format!("rank {} thinks the job has {} ranks, we have {}", p.rank, p.size, self.size));
         }
@@ -98,13 +133,23 @@ impl Me {
         if p.rail_index != rail {
             return Err(format!("rail {} arrived on the listener of rail {rail}", p.rail_index));
         }
-        if p.rail_count as usize != self.cfg.rails.len() {
+        if rail != BOOT_RAIL && self.routes.local(p.rank, rail as usize).is_none() {
             return Err(format!(
-                "rank {} has {} rails, rank {} has {}: every rank needs the same number (MULTIRAIL_RAILS)",
-                p.rank,
-                p.rail_count,
-                self.rank,
-                self.cfg.rails.len()
+                "rail {rail} is not a rail between ranks {} and {} (one host: shm only; other hosts: the network rails)",
+                p.rank, self.rank
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_rail_count(&self, rank: u32, count: usize) -> Result<(), String> {
+        let ours = self.cfg.rails.len();
+        if count != ours {
+            let names = self.cfg.rails.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+            return Err(format!(
+                "rank {rank} has {count} rails, rank {} has {ours} ({names}): every rank needs the same number \
+                 (--rails / MULTIRAIL_RAILS)",
+                self.rank
             ));
         }
         Ok(())
@@ -137,38 +182,108 @@ fn decode_addr(b: &[u8]) -> Result<SocketAddr, String> {
     Ok(SocketAddr::new(ip, u16::from_le_bytes([b[17], b[18]])))
 }
 
-/// Table wire format: magic, ranks (u32), rails (u16), then `ranks x rails`
-/// entries of family (u8), IPv6 or mapped IPv4 (16), port (u16).
-pub(crate) fn encode_table(t: &[Vec<SocketAddr>], rails: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(10 + t.len() * rails * ENTRY);
+/// Bytes of one rank's row before its rail entries: host identity, then
+/// the automatic `shm` rail's listener (port 0: none).
+const ROW_HEAD: usize = HOST_ID_LEN + ENTRY;
+
+/// Table wire format: magic, ranks (u32), rails (u16), then `ranks` rows
+/// of host identity (32), `shm` listener entry, and `rails` entries; an
+/// entry is family (u8), IPv6 or mapped IPv4 (16), port (u16).
+pub(crate) fn encode_table(t: &[Row], rails: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(10 + t.len() * (ROW_HEAD + rails * ENTRY));
     out.extend_from_slice(&TABLE_MAGIC.to_le_bytes());
     out.extend_from_slice(&(t.len() as u32).to_le_bytes());
     out.extend_from_slice(&(rails as u16).to_le_bytes());
+    let none = SocketAddr::from(([0, 0, 0, 0], 0));
     for row in t {
-        for a in row {
+        out.extend_from_slice(&row.host.0);
+        encode_addr(row.shm.as_ref().unwrap_or(&none), &mut out);
+        for a in &row.rails {
             encode_addr(a, &mut out);
         }
     }
     out
 }
 
+/// Refusal wire format: magic, version (u16), length (u32), then that many
+/// bytes of UTF-8 reason (at most [`MAX_REASON`]).
+fn encode_refusal(reason: &str) -> Vec<u8> {
+    let mut text = reason.as_bytes();
+    if text.len() > MAX_REASON {
+        let mut end = MAX_REASON;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        text = &text[..end];
+    }
+    let mut out = Vec::with_capacity(10 + text.len());
+    out.extend_from_slice(&REFUSAL_MAGIC.to_le_bytes());
+    out.extend_from_slice(&REFUSAL_VERSION.to_le_bytes());
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    out.extend_from_slice(text);
+    out
+}
+
+/// The reason of a refusal whose 10-byte head was read.
+fn read_refusal(s: &mut impl Read, head: &[u8; 10]) -> String {
+    let len = u32::from_le_bytes([head[6], head[7], head[8], head[9]]) as usize;
+    let mut text = vec![0u8; len.min(MAX_REASON)];
+    match s.read_exact(&mut text) {
+        Ok(()) => String::from_utf8_lossy(&text).into_owned(),
+        Err(e) => format!("(its reason could not be read: {e})"),
+    }
+}
+
+fn decode_row(b: &[u8]) -> Result<Row, String> {
+    let mut host = [0u8; HOST_ID_LEN];
+    host.copy_from_slice(&b[..HOST_ID_LEN]);
+    let shm = Some(decode_addr(&b[HOST_ID_LEN..ROW_HEAD])?).filter(|a| a.port() != 0);
+    let rails = b[ROW_HEAD..].chunks_exact(ENTRY).map(decode_addr).collect::<Result<_, _>>()?;
+    Ok(Row { host: HostId(host), shm, rails })
+}
+
 /// Reads a table from a stream, refusing anything beyond the bounds.
 pub(crate) fn read_table(s: &mut impl Read, max_ranks: u32, rails: usize) -> Result<Table, String> {
+    let (t, nr) = read_any_table(s, max_ranks)?;
+    if nr != rails {
+        return Err(format!("address table of {} ranks x {nr} rails (expected {rails} rails)", t.len()));
+    }
+    Ok(t)
+}
+
+/// Reads a table of any rail count (at most [`MAX_RAILS`]); a refusal
+/// from rank 0 in its place is an error carrying rank 0's reason.
+fn read_any_table(s: &mut impl Read, max_ranks: u32) -> Result<(Table, usize), String> {
     let mut head = [0u8; 10];
     s.read_exact(&mut head).map_err(|e| format!("reading address table: {e}"))?;
     let magic = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let ranks = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
     let nr = u16::from_le_bytes([head[8], head[9]]) as usize;
+    if magic == REFUSAL_MAGIC {
+        return Err(format!("rank 0 refused this rank: {}", read_refusal(s, &head)));
+    }
     if magic != TABLE_MAGIC {
-        return Err("not an address table".into());
+        return Err("not an address table (of this protocol version)".into());
     }
-    if ranks == 0 || ranks > max_ranks || nr != rails || nr > MAX_RAILS {
-        return Err(format!("address table of {ranks} ranks x {nr} rails (expected at most {max_ranks} x {rails})"));
+    if ranks == 0 || ranks > max_ranks || nr == 0 || nr > MAX_RAILS {
+        return Err(format!(
+            "address table of {ranks} ranks x {nr} rails (expected at most {max_ranks} x {MAX_RAILS})"
+        ));
     }
-    let mut body = vec![0u8; ranks as usize * nr * ENTRY];
+    let row = ROW_HEAD + nr * ENTRY;
+    let mut body = vec![0u8; ranks as usize * row];
     s.read_exact(&mut body).map_err(|e| format!("reading address table: {e}"))?;
-    let entries: Vec<SocketAddr> = body.chunks_exact(ENTRY).map(decode_addr).collect::<Result<_, _>>()?;
-    Ok(entries.chunks(nr).map(<[SocketAddr]>::to_vec).collect())
+    Ok((body.chunks_exact(row).map(decode_row).collect::<Result<_, _>>()?, nr))
+}
+
+/// Rank 0 gives up: every rank that joined hears why (rather than a
+/// closed connection), and so does the user of rank 0.
+fn refuse_all(joined: Vec<TcpStream>, reason: String) -> Error {
+    let bytes = encode_refusal(&reason);
+    for mut s in joined {
+        let _ = s.write_all(&bytes);
+    }
+    setup_err(reason)
 }
 
 /// Binds one listener per rail on its local address.
@@ -188,14 +303,9 @@ fn remaining(deadline: Instant) -> Duration {
 }
 
 /// Rank 0: waits for every other rank, then sends everyone the table.
-pub(crate) fn gather(
-    me: &Me,
-    listeners: &[TcpListener],
-    mine: Vec<SocketAddr>,
-    deadline: Instant,
-) -> Result<Table, Error> {
+pub(crate) fn gather(me: &Me, listeners: &[TcpListener], mine: Row, deadline: Instant) -> Result<Table, Error> {
     let n = me.size as usize;
-    let mut table: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
+    let mut table: Vec<Option<Row>> = vec![None; n];
     table[0] = Some(mine);
     let mut joined: Vec<TcpStream> = Vec::new();
     for l in listeners {
@@ -229,7 +339,7 @@ pub(crate) fn gather(
         s.set_nonblocking(false)?;
         let taken: Vec<bool> = table.iter().map(Option::is_some).collect();
         let check = |p: &PeerHello| {
-            me.check(p, BOOT_RAIL).map_err(HandshakeError::Identity)?;
+            me.check_identity(p, BOOT_RAIL).map_err(HandshakeError::Identity)?;
             if taken[p.rank as usize] {
                 Err(HandshakeError::Identity(format!("rank {} joined twice", p.rank)))
             } else {
@@ -244,8 +354,18 @@ pub(crate) fn gather(
                 continue;
             }
         };
-        let row =
-            read_table(&mut s, 1, me.cfg.rails.len()).map_err(|e| setup_err(format!("rank {}: {e}", peer.rank)))?;
+        s.set_read_timeout(Some(remaining(deadline).min(me.cfg.handshake_timeout)))?;
+        let row = read_any_table(&mut s, 1);
+        let (row, count) = match row {
+            Ok(r) => r,
+            Err(e) => return Err(refuse_all(joined, format!("rank {} sent no address table: {e}", peer.rank))),
+        };
+        if let Err(why) = me.check_rail_count(peer.rank, count) {
+            // Its row was read whole: closing now sends no reset that
+            // could overtake the reason.
+            joined.push(s);
+            return Err(refuse_all(joined, why));
+        }
         table[peer.rank as usize] = row.into_iter().next();
         joined.push(s);
     }
@@ -259,7 +379,7 @@ pub(crate) fn gather(
 
 /// Other ranks: join at the root (the first of its addresses that
 /// answers, trying each in turn) and learn the table.
-pub(crate) fn join(me: &Me, roots: &[SocketAddr], mine: Vec<SocketAddr>, deadline: Instant) -> Result<Table, Error> {
+pub(crate) fn join(me: &Me, roots: &[SocketAddr], mine: Row, deadline: Instant) -> Result<Table, Error> {
     let mut turn = 0usize;
     let all = || roots.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
     // Since when every attempt was refused (nothing listens there).
@@ -312,8 +432,11 @@ pub(crate) fn join(me: &Me, roots: &[SocketAddr], mine: Vec<SocketAddr>, deadlin
     // Loopback rails cannot join hosts: say so instead of connecting to
     // ourselves.
     let own_host = root.ip().is_loopback();
-    if let Some((r, a)) =
-        t.iter().enumerate().flat_map(|(r, row)| row.iter().map(move |a| (r, a))).find(|(_, a)| a.ip().is_loopback())
+    if let Some((r, a)) = t
+        .iter()
+        .enumerate()
+        .flat_map(|(r, row)| row.rails.iter().map(move |a| (r, a)))
+        .find(|(_, a)| a.ip().is_loopback())
     {
         if !own_host {
             return Err(setup_err(format!(
@@ -337,7 +460,7 @@ pub(crate) struct ConnectError {
 /// Every rank publishes its row of the address table through the
 /// launcher's PMIx server (put, commit, fence) and fetches everyone's: no
 /// meeting point of our own.
-pub(crate) fn pmix_exchange(me: &Me, mine: Vec<SocketAddr>) -> Result<Table, Error> {
+pub(crate) fn pmix_exchange(me: &Me, mine: Row) -> Result<Table, Error> {
     use multirail_pmix::Pmix;
     let pmix_err = |what: &str, e: multirail_pmix::PmixError| {
         setup_err(format!("PMIx wire-up: {what}: {e} (set MULTIRAIL_ROOT=host:port to meet without PMIx)"))
@@ -359,7 +482,7 @@ pub(crate) fn pmix_exchange(me: &Me, mine: Vec<SocketAddr>) -> Result<Table, Err
     for r in 0..size {
         let b = p.get(r, PMIX_KEY).map_err(|e| pmix_err(&format!("rank {r}'s addresses"), e))?;
         let row = read_table(&mut &b[..], 1, rails).map_err(|e| setup_err(format!("rank {r} via PMIx: {e}")))?;
-        table.push(row.into_iter().next().unwrap_or_default());
+        table.push(row.into_iter().next().ok_or_else(|| setup_err(format!("rank {r} via PMIx: an empty row")))?);
     }
     Ok(table)
 }
@@ -422,8 +545,16 @@ mod tests {
     #[test]
     fn table_roundtrip_and_bounds() {
         let t: Table = vec![
-            vec!["127.0.0.1:5000".parse().unwrap(), "[::1]:6000".parse().unwrap()],
-            vec!["10.0.0.2:1".parse().unwrap(), "10.1.0.2:65535".parse().unwrap()],
+            Row {
+                host: HostId::from_parts([7; 16], 1, 2),
+                shm: Some("127.0.0.1:4000".parse().unwrap()),
+                rails: vec!["127.0.0.1:5000".parse().unwrap(), "[::1]:6000".parse().unwrap()],
+            },
+            Row {
+                host: HostId::default(),
+                shm: None,
+                rails: vec!["10.0.0.2:1".parse().unwrap(), "10.1.0.2:65535".parse().unwrap()],
+            },
         ];
         let b = encode_table(&t, 2);
         assert_eq!(read_table(&mut &b[..], 2, 2).unwrap(), t);
@@ -431,10 +562,29 @@ mod tests {
         assert!(read_table(&mut &b[..], 2, 3).is_err(), "rail count mismatch");
         assert!(read_table(&mut &b[..b.len() - 1], 2, 2).is_err(), "truncated");
         let mut bad = b.clone();
-        bad[10] = 9;
+        bad[10 + HOST_ID_LEN + ENTRY] = 9;
         assert!(read_table(&mut &bad[..], 2, 2).is_err(), "bad family");
         let mut huge = b.clone();
         huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(read_table(&mut &huge[..], MAX_RANKS, 2).is_err(), "no allocation from a claimed size");
+        let mut old = b.clone();
+        old[..4].copy_from_slice(&0x4d52_5442u32.to_le_bytes());
+        assert!(read_table(&mut &old[..], 2, 2).unwrap_err().contains("protocol version"), "version 2 table");
+    }
+
+    #[test]
+    fn a_refusal_in_place_of_the_table_carries_its_reason() {
+        let b = encode_refusal("rank 1 has 1 rails, rank 0 has 2");
+        assert_eq!(&b[..4], b"ETRM", "magic MRTE, little-endian");
+        let e = read_table(&mut &b[..], 2, 2).unwrap_err();
+        assert_eq!(e, "rank 0 refused this rank: rank 1 has 1 rails, rank 0 has 2");
+        let long = "é".repeat(MAX_REASON);
+        let b = encode_refusal(&long);
+        assert!(b.len() <= 10 + MAX_REASON, "bounded");
+        assert!(read_table(&mut &b[..], 2, 2).unwrap_err().ends_with('é'), "cut at a character boundary");
+        // A claimed length beyond the bound reads no more than the bound.
+        let mut huge = encode_refusal("x");
+        huge[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(read_table(&mut &huge[..], 2, 2).unwrap_err().contains("could not be read"));
     }
 }

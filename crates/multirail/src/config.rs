@@ -87,6 +87,9 @@ pub struct Config {
     /// Bytes of each ring (one per direction) of a `shm` rail
     /// (MULTIRAIL_SHM_RING): a power of two from 64 KiB to 1 GiB.
     pub shm_ring: usize,
+    /// Whether ranks on the same host talk over shared memory by
+    /// themselves (MULTIRAIL_SHM; see [`crate::ShmMode`]).
+    pub shm: crate::ShmMode,
 }
 
 impl Default for Config {
@@ -105,6 +108,7 @@ impl Default for Config {
             job_id: 0,
             faults: Vec::new(),
             shm_ring: 4 << 20,
+            shm: crate::ShmMode::Auto,
         }
     }
 }
@@ -156,6 +160,13 @@ fn env_ms(name: &str) -> Result<Option<Duration>, Error> {
 }
 
 impl Config {
+    /// True if same-host pairs get the automatic `shm` rail: the mode is
+    /// `auto` and the rail list does not name `shm` itself (then that list
+    /// is used to every peer, as given).
+    pub fn auto_shm(&self) -> bool {
+        self.shm == crate::ShmMode::Auto && !self.rails.iter().any(RailSpec::is_shm)
+    }
+
     /// Defaults overridden by the `MULTIRAIL_*` environment variables.
     pub fn from_env() -> Result<Config, Error> {
         let mut c = Config::default();
@@ -264,6 +275,9 @@ impl Config {
         if let Some(v) = env_size("MULTIRAIL_SHM_RING")? {
             self.shm_ring = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        if let Some(v) = env("MULTIRAIL_SHM") {
+            self.shm = v.parse().map_err(|e| bad("MULTIRAIL_SHM", &v, e))?;
+        }
         if let Some(v) = env("MULTIRAIL_FAULTS") {
             self.faults = parse_faults(&v).map_err(|e| bad("MULTIRAIL_FAULTS", &v, e))?;
         }
@@ -290,6 +304,15 @@ impl Config {
         }
         if p.chunk == 0 {
             return Err(Error::Config("MULTIRAIL_CHUNK must be at least 1 byte".into()));
+        }
+        if !cfg!(feature = "ofi") {
+            if let Some(r) = self.rails.iter().find(|r| matches!(r.local, multirail_transport::spec::Local::Ofi { .. }))
+            {
+                return Err(Error::Config(format!(
+                    "rail '{r}': this multirail was built without libfabric support; rebuild with \
+                     `cargo build --release --features ofi` (needs libfabric-dev)"
+                )));
+            }
         }
         if !self.shm_ring.is_power_of_two() || !(64 << 10..=1 << 30).contains(&self.shm_ring) {
             return Err(Error::Config(format!(

@@ -38,8 +38,7 @@ use multirail_transport::fault::FaultRail;
 use multirail_transport::tcp::{StreamRail, TcpRail};
 use multirail_transport::{Rail, RailCaps};
 
-use crate::Config;
-use crate::bootstrap::{self, Conn, Me, Table};
+use crate::bootstrap::{self, Conn, Me};
 use crate::shared::Shared;
 
 /// Handshakes in progress at once on the acceptor side (a peer that never
@@ -49,6 +48,9 @@ pub const MAX_HANDSHAKES: usize = 64;
 pub const MAX_ATTEMPTS: usize = 64;
 
 const WAKE: Token = Token(usize::MAX);
+
+/// Every rank's rail listener addresses, by rank then (global) rail.
+pub(crate) type Addrs = Vec<Vec<std::net::SocketAddr>>;
 
 /// Which connection of a rail this is: see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +106,7 @@ impl Connections {
         shared: Arc<Shared>,
         me: Me,
         listeners: Vec<TcpListener>,
-        table: Table,
+        table: Addrs,
     ) -> std::io::Result<Connections> {
         let stop = Arc::new(AtomicBool::new(false));
         let poll = Poll::new()?;
@@ -210,7 +212,7 @@ fn accept_loop(shared: &Arc<Shared>, me: &Me, mut poll: Poll, listeners: Vec<Mio
 /// Runs the handshake of one incoming connection and installs it.
 fn accept_one(shared: &Shared, me: &Me, k: usize, stream: std::net::TcpStream, from: std::net::SocketAddr) {
     let admit = |p: &multirail_proto::handshake::PeerHello| -> Result<(), HandshakeError> {
-        let Some(i) = shared.slot_of(p.rank, k) else { return Ok(()) };
+        let Some(i) = me.routes.local(p.rank, k).and_then(|l| shared.slot_of(p.rank, l)) else { return Ok(()) };
         let s = &shared.slots[i];
         let candidate = ConnId { generation: p.generation, initiator: p.rank };
         match *s.lock_id() {
@@ -221,7 +223,7 @@ fn accept_one(shared: &Shared, me: &Me, k: usize, stream: std::net::TcpStream, f
     match bootstrap::accept_rail(me, k, stream, admit) {
         Ok(c) if shared.peer_wanted(c.peer) => {
             let (peer, id) = (c.peer, ConnId { generation: c.hello.generation, initiator: c.peer });
-            match adopt(shared, &me.cfg, c, id) {
+            match adopt(shared, me, c, id) {
                 Ok(true) => tracing::info!(
                     "rail {k} to rank {peer}: connection from rank {peer} (generation {})",
                     id.generation
@@ -235,7 +237,7 @@ fn accept_one(shared: &Shared, me: &Me, k: usize, stream: std::net::TcpStream, f
     }
 }
 
-fn connect_loop(shared: &Arc<Shared>, me: &Me, table: &Table, stop: &AtomicBool) {
+fn connect_loop(shared: &Arc<Shared>, me: &Me, table: &Addrs, stop: &AtomicBool) {
     let busy = Arc::new(AtomicUsize::new(0));
     while let Some(req) = shared.connect_q.pop(stop) {
         let slot = loop {
@@ -247,7 +249,11 @@ fn connect_loop(shared: &Arc<Shared>, me: &Me, table: &Table, stop: &AtomicBool)
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        let addr = table[req.peer as usize][req.rail];
+        let Some(addr) = me.routes.global(req.peer, req.rail).map(|g| table[req.peer as usize][g]) else {
+            shared
+                .with_core(|c, now| c.connect_failed(req.peer, req.rail, ConnectFailure::Refused, "no such rail", now));
+            continue;
+        };
         let (sh, m) = (shared.clone(), me.clone());
         let spawned = std::thread::Builder::new().name("mr-dial".into()).spawn(move || {
             let _slot = slot;
@@ -268,15 +274,16 @@ fn attempt(shared: &Shared, me: &Me, req: ConnectRequest, addr: std::net::Socket
     // one that reaches the top stays there rather than wrapping around.
     let generation = shared.slots[i].max_gen.load(Ordering::Acquire).saturating_add(1);
     let (peer, rail) = (req.peer, req.rail);
-    match bootstrap::connect_rail(me, peer, rail, addr, generation) {
+    let Some(global) = me.routes.global(peer, rail) else { return };
+    match bootstrap::connect_rail(me, peer, global, addr, generation) {
         Ok(c) if shared.shutdown.load(Ordering::Acquire) => drop(c),
-        Ok(c) => match adopt(shared, &me.cfg, c, ConnId { generation, initiator: me.rank }) {
+        Ok(c) => match adopt(shared, me, c, ConnId { generation, initiator: me.rank }) {
             Ok(true) => {
                 let what = if req.replace { "replaced a suspect connection" } else { "connected" };
-                tracing::info!("rail {rail} to rank {peer}: {what} (generation {generation})");
+                tracing::info!("rail {global} to rank {peer}: {what} (generation {generation})");
             }
             Ok(false) => {
-                tracing::debug!("rail {rail} to rank {peer}: a newer connection exists; ours dropped");
+                tracing::debug!("rail {global} to rank {peer}: a newer connection exists; ours dropped");
                 shared.with_core(|c, now| {
                     c.connect_failed(peer, rail, ConnectFailure::Transient, "superseded by another connection", now)
                 });
@@ -291,10 +298,11 @@ fn attempt(shared: &Shared, me: &Me, req: ConnectRequest, addr: std::net::Socket
     }
 }
 
-/// Wraps an authenticated connection in a rail and installs it, unless a
-/// better connection for the same rail is there. Returns whether it was
-/// installed.
-pub(crate) fn adopt(shared: &Shared, cfg: &Config, c: Conn, id: ConnId) -> Result<bool, String> {
+/// Wraps an authenticated connection (of global rail `c.rail`) in a rail
+/// and installs it, unless a better connection for the same rail is
+/// there. Returns whether it was installed.
+pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<bool, String> {
+    let cfg = &me.cfg;
     let spec = &cfg.rails[c.rail];
     let bandwidth = spec.bandwidth.unwrap_or(c.hello.bandwidth);
     let peer_addr = c.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
@@ -320,6 +328,14 @@ pub(crate) fn adopt(shared: &Shared, cfg: &Config, c: Conn, id: ConnId) -> Resul
             Some(f) => Box::new(FaultRail::new(shm, f)),
             None => Box::new(shm),
         }
+    } else if matches!(spec.local, multirail_transport::spec::Local::Ofi { .. }) {
+        let rail_err = |e: String| format!("rail {} ({spec}) to rank {}: {e}", c.rail, c.peer);
+        let target = spec
+            .resolve()
+            .map(|r| spec.ofi_target(&r))
+            .map_err(rail_err)?
+            .ok_or_else(|| rail_err("not an ofi rail".into()))?;
+        crate::ofi_setup::open(c.stream, &target, cfg, caps, fault).map_err(rail_err)?
     } else {
         let tcp = TcpRail::new(c.stream, caps, cfg.proto.limits).map_err(|e| e.to_string())?;
         match fault {
@@ -327,7 +343,11 @@ pub(crate) fn adopt(shared: &Shared, cfg: &Config, c: Conn, id: ConnId) -> Resul
             None => Box::new(tcp),
         }
     };
-    let i = shared.slot_of(c.peer, c.rail).ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
+    let i = me
+        .routes
+        .local(c.peer, c.rail)
+        .and_then(|l| shared.slot_of(c.peer, l))
+        .ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
     Ok(shared.install(i, rail, id, CoreCaps { bandwidth, latency: Duration::ZERO }, c.hello.credits))
 }
 

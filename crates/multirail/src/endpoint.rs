@@ -8,8 +8,9 @@ use bytes::{Bytes, BytesMut};
 use multirail_proto::core::{Core, RailStats, ReqId, Status};
 use multirail_transport::fault::FaultConfig;
 
-use crate::bootstrap::{self, Me, Root};
+use crate::bootstrap::{self, Me, Root, Row};
 use crate::engine::Engine;
+use crate::hosts::{HostId, Routes};
 use crate::launch::{JobInfo, resolve};
 use crate::shared::{Completion, Shared, Slot};
 use crate::{Config, Error, Progress};
@@ -93,6 +94,12 @@ impl Builder {
         self.cfg.proto.eager_connect = eager;
         self
     }
+    /// Whether ranks on one host talk over shared memory by themselves
+    /// (`MULTIRAIL_SHM`; default [`ShmMode::Auto`](crate::ShmMode::Auto)).
+    pub fn shm(mut self, mode: crate::ShmMode) -> Builder {
+        self.cfg.shm = mode;
+        self
+    }
     pub fn key(mut self, key: impl Into<Vec<u8>>) -> Builder {
         self.cfg.key = Some(key.into());
         self
@@ -156,6 +163,10 @@ pub struct Endpoint {
     rank: u32,
     size: u32,
     cfg: Config,
+    /// The rails to each peer.
+    routes: Arc<Routes>,
+    /// The host of every rank (see [`Endpoint::hosts`]).
+    host_of: Vec<u32>,
     /// Opens, accepts and replaces rail connections.
     connections: Option<crate::connections::Connections>,
 }
@@ -253,23 +264,45 @@ impl Endpoint {
         }
         cfg.proto.rank = rank;
         let rails = cfg.rails.iter().map(|s| s.resolve().map_err(Error::Config)).collect::<Result<Vec<_>, _>>()?;
-        let cfg = Arc::new(cfg);
-        let me = Me { cfg: cfg.clone(), rank, size, rails };
+        let configured = Arc::new(cfg.clone());
+        let boot =
+            Me { cfg: configured.clone(), rank, size, rails, routes: Arc::new(Routes::uniform(cfg.rails.len(), size)) };
         let deadline = Instant::now() + cfg.setup_timeout;
-        let listeners = bootstrap::bind_rails(&me)?;
-        let mine: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?;
+        let mut listeners = bootstrap::bind_rails(&boot)?;
+        let shm_listener = Self::shm_listener(&cfg);
+        let mine = Row {
+            host: HostId::local(),
+            shm: shm_listener.as_ref().and_then(|l| l.local_addr().ok()),
+            rails: listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?,
+        };
         let table = match (size, root) {
             (1, _) => vec![mine],
-            (_, Some(Root::Listen(l))) if rank == 0 => bootstrap::gather(&me, &l, mine, deadline)?,
-            (_, Some(Root::Connect(a))) if rank != 0 => bootstrap::join(&me, &a, mine, deadline)?,
-            (_, Some(Root::Pmix)) => bootstrap::pmix_exchange(&me, mine)?,
+            (_, Some(Root::Listen(l))) if rank == 0 => bootstrap::gather(&boot, &l, mine, deadline)?,
+            (_, Some(Root::Connect(a))) if rank != 0 => bootstrap::join(&boot, &a, mine, deadline)?,
+            (_, Some(Root::Pmix)) => bootstrap::pmix_exchange(&boot, mine)?,
             _ => return Err(Error::Config("rank 0 needs a root listener, other ranks a root address".into())),
         };
-        let shared = Arc::new(Self::make_shared(&cfg, rank, size));
+        let hosts: Vec<_> = table.iter().map(bootstrap::Row::entry).collect();
+        let routes = Arc::new(Routes::plan(rank, &hosts, cfg.rails.len()));
+        let host_of = crate::hosts::host_indices(&table.iter().map(|r| r.host).collect::<Vec<_>>());
+        let mut rails = boot.rails;
+        let addrs = Self::add_shm_rail(&mut cfg, &mut rails, &mut listeners, shm_listener, table, &routes)?;
+        debug_assert_eq!(cfg.rails.len(), routes.rail_count());
+        let cfg = Arc::new(cfg);
+        let me = Me { cfg: cfg.clone(), rank, size, rails, routes: routes.clone() };
+        let shared = Arc::new(Self::make_shared(&cfg, &routes, rank, size));
         let engine = Engine::start(&shared, cfg.progress, cfg.spin)?;
-        let connections = crate::connections::Connections::start(shared.clone(), me, listeners, table)?;
-        let ep =
-            Endpoint { shared, engine: Some(engine), rank, size, cfg: (*cfg).clone(), connections: Some(connections) };
+        let connections = crate::connections::Connections::start(shared.clone(), me, listeners, addrs)?;
+        let ep = Endpoint {
+            shared,
+            engine: Some(engine),
+            rank,
+            size,
+            cfg: (*cfg).clone(),
+            routes,
+            host_of,
+            connections: Some(connections),
+        };
         if cfg.proto.eager_connect {
             ep.wait_connected(deadline)?;
         }
@@ -295,13 +328,59 @@ impl Endpoint {
         Err(Error::Setup(format!("no rail to ranks {missing:?} came up within the setup timeout")))
     }
 
-    fn make_shared(cfg: &Config, rank: u32, size: u32) -> Shared {
+    /// After meeting: if any pair uses the automatic `shm` rail, it joins
+    /// the job's rails (last; on every rank, so rail lists agree) with our
+    /// listener for it, if we have one (without, no pair of ours uses it).
+    /// Returns every rank's listener addresses by rail.
+    fn add_shm_rail(
+        cfg: &mut Config,
+        rails: &mut Vec<multirail_transport::spec::Resolved>,
+        listeners: &mut Vec<TcpListener>,
+        shm_listener: Option<TcpListener>,
+        table: bootstrap::Table,
+        routes: &Routes,
+    ) -> Result<crate::connections::Addrs, Error> {
+        if routes.shm_rail().is_some() {
+            let shm: multirail_transport::RailSpec = "shm".parse().map_err(Error::Config)?;
+            rails.push(shm.resolve().map_err(Error::Config)?);
+            cfg.rails.push(shm);
+            listeners.extend(shm_listener);
+        }
+        let same: Vec<u32> = (0..table.len() as u32).filter(|&p| routes.same_host(p)).collect();
+        if !same.is_empty() {
+            tracing::info!("ranks {same:?} share this host: shared memory to them (MULTIRAIL_SHM=off: the rails)");
+        }
+        let unused = SocketAddr::from(([127, 0, 0, 1], 0));
+        Ok(table
+            .into_iter()
+            .map(|r| r.rails.into_iter().chain(routes.shm_rail().map(|_| r.shm.unwrap_or(unused))).collect())
+            .collect())
+    }
+
+    /// A listener for the automatic `shm` rail's setup connections, if
+    /// this rank offers one (none where loopback is down: its same-host
+    /// peers then use the rails).
+    fn shm_listener(cfg: &Config) -> Option<TcpListener> {
+        if !cfg.auto_shm() {
+            return None;
+        }
+        multirail_transport::tcp::listen([127, 0, 0, 1].into(), 0, &cfg.socket)
+            .inspect_err(|e| tracing::info!("no shared memory to ranks of this host: cannot listen on 127.0.0.1: {e}"))
+            .ok()
+    }
+
+    /// The core and the slot grid: one slot per (peer, local rail), as
+    /// wide as the peer with the most rails (a same-host peer has one, the
+    /// `shm` rail; its other slots stay empty).
+    fn make_shared(cfg: &Config, routes: &Routes, rank: u32, size: u32) -> Shared {
         let mut core = Core::new(cfg.proto.clone());
         let mut slots = Vec::new();
         for peer in (0..size).filter(|&p| p != rank) {
-            core.add_peer(peer, cfg.rails.len());
-            for (k, spec) in cfg.rails.iter().enumerate() {
-                slots.push(Arc::new(Slot::new(peer, k, format!("{spec} to rank {peer}"))));
+            let to = routes.rails_to(peer);
+            core.add_peer(peer, to.len());
+            for k in 0..routes.width() {
+                let name = to.get(k).map_or_else(|| "unused".to_string(), |&g| cfg.rails[g].to_string());
+                slots.push(Arc::new(Slot::new(peer, k, format!("{name} to rank {peer}"))));
             }
         }
         Shared::new(core, slots, rank)
@@ -318,11 +397,28 @@ impl Endpoint {
     pub fn config(&self) -> &Config {
         &self.cfg
     }
-    /// The configured rails, in index order.
+    /// The job's rails, in index order: the configured ones, then `shm`
+    /// if ranks of one host talk over shared memory by themselves
+    /// (`MULTIRAIL_SHM=auto`).
     pub fn rail_names(&self) -> Vec<String> {
         self.cfg.rails.iter().map(|r| r.to_string()).collect()
     }
-    /// Per-rail byte counters and state for the rails to `peer`.
+    /// The indices (into [`rail_names`](Endpoint::rail_names)) of the
+    /// rails to `peer`, in the order of [`rail_stats`](Endpoint::rail_stats):
+    /// just the `shm` rail for a peer on this host (with
+    /// `MULTIRAIL_SHM=auto`), the configured rails for the others.
+    pub fn rails_to(&self, peer: u32) -> Vec<usize> {
+        if peer >= self.size || peer == self.rank { Vec::new() } else { self.routes.rails_to(peer) }
+    }
+    /// Where the ranks run: rank `r` is on host `hosts()[r]`, hosts
+    /// numbered from 0 in order of their first rank. Ranks on one host
+    /// share a kernel, network namespace and PID namespace (so two hosts of
+    /// `multirail testbed` are two hosts).
+    pub fn hosts(&self) -> &[u32] {
+        &self.host_of
+    }
+    /// Per-rail byte counters and state for the rails to `peer`, in the
+    /// order of [`rails_to`](Endpoint::rails_to).
     pub fn rail_stats(&self, peer: u32) -> Vec<RailStats> {
         self.shared.with_core(|c, now| c.rail_stats(peer, now))
     }
@@ -458,7 +554,7 @@ impl Endpoint {
     /// pulled (for failover tests); they reconnect if configured to.
     pub fn kill_rail(&self, rail: usize) {
         for (i, s) in self.shared.slots.iter().enumerate() {
-            if s.rail == rail {
+            if self.routes.global(s.peer, s.rail) == Some(rail) {
                 if let Some(r) = s.lock_conn().as_mut() {
                     r.shutdown();
                 }

@@ -35,7 +35,9 @@ mod connections;
 mod endpoint;
 mod engine;
 mod error;
+mod hosts;
 mod launch;
+mod ofi_setup;
 mod shared;
 mod shm_setup;
 
@@ -43,6 +45,7 @@ pub use bytes::{Bytes, BytesMut};
 pub use config::{Config, DEFAULT_RAILS, DEFAULT_SPIN_US, EAGER_ABOVE_UNEXPECTED, Progress, parse_job, parse_switch};
 pub use endpoint::{Builder, Detached, Endpoint, Finished, RESERVED_TAGS, RecvRequest, Request, SendRequest};
 pub use error::Error;
+pub use hosts::ShmMode;
 pub use launch::JobInfo;
 pub use multirail_proto::core::{RailStats, Status};
 pub use multirail_proto::sched::{PolicyKind, PolicyTable};

@@ -20,6 +20,9 @@ use multirail_transport::{FrameSink, Rail, RailError};
 
 use crate::connections::{ConnId, ConnectQueue};
 
+/// Slots with new output (rarely more than a few: no allocation).
+pub type Slots = smallvec::SmallVec<[usize; 4]>;
+
 /// Bytes pulled from the core into a rail's own queue ahead of the socket.
 const FILL_TARGET: usize = 1 << 20;
 /// Queued output up to this size is written with the core locked.
@@ -231,7 +234,7 @@ impl Shared {
     /// Like [`Shared::with_core`], but returns the slots with new output
     /// instead of waking their drivers, so the caller can first try to
     /// write them itself.
-    pub fn with_core_deferred<R>(&self, f: impl FnOnce(&mut Core, Time) -> R) -> (R, Vec<usize>) {
+    pub fn with_core_deferred<R>(&self, f: impl FnOnce(&mut Core, Time) -> R) -> (R, Slots) {
         let mut g = self.lock();
         let now = self.now();
         let r = f(&mut g.core, now);
@@ -268,7 +271,7 @@ impl Shared {
                 Event::PeerClosed { peer } => tracing::debug!(peer, "peer closed"),
             }
         }
-        let mut wake = Vec::new();
+        let mut wake = Slots::new();
         g.core.drain_wakeups(|p, r| wake.extend(self.slot_of(p, r)));
         // Read under the lock: a waiter registers under it before sleeping.
         let notify = completed && self.done_waiters.load(Ordering::Acquire) > 0;
@@ -296,7 +299,7 @@ impl Shared {
 
     /// Writes the given slots' output from this thread where the rail is
     /// free; wakes the engine for the rest.
-    pub fn send_now_or_wake(&self, slots: Vec<usize>) {
+    pub fn send_now_or_wake(&self, slots: Slots) {
         for i in slots {
             if !self.try_send_now(i) {
                 self.wake_slot(i);
@@ -340,11 +343,12 @@ impl Shared {
     /// Runs due timers; returns when the core next needs them.
     pub fn run_timers(&self) -> Option<Instant> {
         self.close_parked(false);
-        let next = self.with_core(|c, now| {
-            if c.poll_timeout().is_some_and(|t| t <= now) {
+        let next = self.with_core(|c, now| match c.poll_timeout() {
+            Some(t) if t <= now => {
                 c.handle_timeout(now);
+                c.poll_timeout()
             }
-            c.poll_timeout()
+            t => t,
         });
         next.map(|t| self.instant(t))
     }

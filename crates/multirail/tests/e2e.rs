@@ -5,16 +5,46 @@
 mod common;
 
 use common::*;
-use multirail::{Builder, BytesMut, Endpoint, Finished, Progress, Request};
+use multirail::{Builder, BytesMut, Endpoint, Finished, Progress, Request, ShmMode};
 
 fn exchange(nrails: usize, progress: Progress, policy: &str, seed: u64, count: usize) {
     exchange_on(&rails(nrails), progress, policy, seed, count)
 }
 
 fn exchange_on(rail_list: &str, progress: Progress, policy: &str, seed: u64, count: usize) {
-    let nrails = rail_list.split(',').count();
+    let sizes = sizes(seed, count);
+    job(2, |_| builder(rail_list, progress, policy), |ep| exchange_rank(ep, rail_list, policy, &sizes));
+}
+
+/// The endpoint of [`exchange_on`]. `ofi:` rails are all connected before
+/// the first send (here and in [`wait_rails_up`]): setting one up takes
+/// longer than a TCP connect (a fabric per connection, the address
+/// exchange), and a burst sent before is striped over the rails that are
+/// up, which the stripe check refuses.
+fn builder(rail_list: &str, progress: Progress, policy: &str) -> Builder {
+    Endpoint::builder()
+        .shm(ShmMode::Off)
+        .policy(policy)
+        .progress(progress)
+        .rails(rail_list)
+        .key("k")
+        .eager_connect(rail_list.contains("ofi:"))
+}
+
+/// Waits (bounded) until every rail to `peer` is up, so that a first
+/// burst is striped over all of them.
+fn wait_rails_up(ep: &Endpoint, peer: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ep.rail_stats(peer).iter().all(|s| s.up) {
+        assert!(std::time::Instant::now() < deadline, "rails not up after 20 s: {:?}", ep.rail_stats(peer));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Message sizes from 0 B to 16 MiB.
+fn sizes(seed: u64, count: usize) -> Vec<usize> {
     let mut rng = Rng(seed);
-    let sizes: Vec<usize> = (0..count)
+    (0..count)
         .map(|_| match rng.below(5) {
             0 => 0,
             1 => rng.below(100) as usize,
@@ -22,40 +52,74 @@ fn exchange_on(rail_list: &str, progress: Progress, policy: &str, seed: u64, cou
             3 => rng.below(2 << 20) as usize,
             _ => (rng.below(16 << 20) + 1) as usize,
         })
-        .collect();
-    let sizes = &sizes;
-    job(
-        2,
-        |_| Endpoint::builder().policy(policy).progress(progress).rails(rail_list).key("k"),
-        |ep| {
-            if ep.rank() == 0 {
-                // Everything in flight at once.
-                let reqs: Vec<Request> = sizes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &n)| ep.isend(1, i as u64, pattern(i as u64, n)).unwrap().into())
-                    .collect();
-                for r in ep.wait_all(reqs) {
-                    r.unwrap();
-                }
-            } else {
-                let reqs: Vec<Request> =
-                    sizes.iter().map(|&n| ep.irecv(Some(0), None, BytesMut::zeroed(n)).unwrap().into()).collect();
-                for (i, r) in ep.wait_all(reqs).into_iter().enumerate() {
-                    let Finished::Received(buf, st) = r.unwrap() else { panic!() };
-                    assert_eq!(st.tag, i as u64, "in order");
-                    assert_eq!(st.len as usize, sizes[i]);
-                    assert!(buf[..] == pattern(i as u64, sizes[i])[..], "payload {i} ({} bytes)", sizes[i]);
-                }
-                let stats = ep.rail_stats(0);
-                assert_eq!(stats.len(), nrails);
-                if nrails > 1 && policy.contains("stripe") {
-                    assert!(stats.iter().all(|s| s.rx_bytes > 0), "all rails used: {stats:?}");
-                }
-            }
-            ep.close().unwrap();
-        },
-    );
+        .collect()
+}
+
+/// One rank's part: rank 0 sends everything at once, rank 1 checks order,
+/// lengths and every byte.
+fn exchange_rank(ep: Endpoint, rail_list: &str, policy: &str, sizes: &[usize]) {
+    let nrails = rail_list.split(',').count();
+    if rail_list.contains("ofi:") {
+        wait_rails_up(&ep, 1 - ep.rank());
+    }
+    if ep.rank() == 0 {
+        // Everything in flight at once.
+        let reqs: Vec<Request> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| ep.isend(1, i as u64, pattern(i as u64, n)).unwrap().into())
+            .collect();
+        for r in ep.wait_all(reqs) {
+            r.unwrap();
+        }
+    } else {
+        let reqs: Vec<Request> =
+            sizes.iter().map(|&n| ep.irecv(Some(0), None, BytesMut::zeroed(n)).unwrap().into()).collect();
+        for (i, r) in ep.wait_all(reqs).into_iter().enumerate() {
+            let Finished::Received(buf, st) = r.unwrap() else { panic!() };
+            assert_eq!(st.tag, i as u64, "in order");
+            assert_eq!(st.len as usize, sizes[i]);
+            assert!(buf[..] == pattern(i as u64, sizes[i])[..], "payload {i} ({} bytes)", sizes[i]);
+        }
+        let stats = ep.rail_stats(0);
+        assert_eq!(stats.len(), nrails);
+        if nrails > 1 && policy.contains("stripe") {
+            assert!(stats.iter().all(|s| s.rx_bytes > 0), "all rails used: {stats:?}");
+        }
+    }
+    ep.close().unwrap();
+}
+
+/// The environment variable that hands [`child_rank`] its job.
+const CHILD_JOB: &str = "MULTIRAIL_E2E_CHILD";
+
+/// [`exchange_on`] with rank 1 in a child process (this test binary
+/// running [`child_rank`]), for rails whose provider wants one rank per
+/// process.
+#[cfg(feature = "ofi")]
+fn exchange_across_processes(rail_list: &str, progress: Progress, policy: &str, seed: u64, count: usize) {
+    let root = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let job = format!("{}|{rail_list}|{progress}|{policy}|{seed}|{count}", root.local_addr().unwrap());
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "child_rank", "--nocapture"])
+        .env(CHILD_JOB, job)
+        .spawn()
+        .expect("the test binary runs again as rank 1");
+    let ep = builder(rail_list, progress, policy).rank(0, 2);
+    exchange_rank(ep.root_listener(root).build().expect("rank 0"), rail_list, policy, &sizes(seed, count));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "rank 1 (child process) failed: {status}");
+}
+
+/// Rank 1 of [`exchange_across_processes`]; run by it, not alone.
+#[test]
+#[ignore = "run as a child process by exchange_across_processes"]
+fn child_rank() {
+    let job = std::env::var(CHILD_JOB).expect("run by exchange_across_processes");
+    let f: Vec<&str> = job.split('|').collect();
+    let [root, rails, progress, policy, seed, count] = f[..] else { panic!("bad {CHILD_JOB}: {job}") };
+    let ep = builder(rails, progress.parse().unwrap(), policy).rank(1, 2).root(root.parse().unwrap());
+    exchange_rank(ep.build().expect("rank 1"), rails, policy, &sizes(seed.parse().unwrap(), count.parse().unwrap()));
 }
 
 #[test]
@@ -90,6 +154,106 @@ fn shm_and_tcp_every_policy() {
         exchange_on("shm,tcp:127.0.0.1", Progress::Polled, p, 50 + i as u64, 25);
     }
     exchange_on("tcp:127.0.0.1,shm", Progress::Threaded, "16K:spread,*:adaptive", 60, 25);
+}
+
+/// The rails to one peer and the bytes each carried.
+type PeerRails = (Vec<usize>, Vec<u64>);
+
+/// Runs 3 ranks (threads of this process: one host) with `make`, every
+/// pair exchanging a validated message each way; returns each rank's
+/// rail names and, per peer, the rails used and the bytes they carried.
+fn host_job(make: impl Fn(u32) -> Builder + Sync) -> Vec<(Vec<String>, Vec<PeerRails>)> {
+    job(3, make, |ep| {
+        let me = ep.rank();
+        let peers: Vec<u32> = (0..3).filter(|&p| p != me).collect();
+        let sends: Vec<Request> =
+            peers.iter().map(|&p| ep.isend(p, 5, pattern(u64::from(me), 100_000)).unwrap().into()).collect();
+        for &p in &peers {
+            let mut buf = vec![0u8; 100_000];
+            let st = ep.recv(Some(p), Some(5), &mut buf).unwrap();
+            assert_eq!(buf[..st.len as usize], pattern(u64::from(p), 100_000)[..], "from rank {p}");
+        }
+        for r in ep.wait_all(sends) {
+            r.unwrap();
+        }
+        let per_peer = (0..3)
+            .map(|p| (ep.rails_to(p), ep.rail_stats(p).iter().map(|s| s.tx_bytes + s.rx_bytes).collect()))
+            .collect();
+        let names = ep.rail_names();
+        ep.close().unwrap();
+        (names, per_peer)
+    })
+}
+
+#[test]
+fn same_host_peers_use_shm_by_default() {
+    for (me, (names, per_peer)) in host_job(|_| Endpoint::builder().key("k")).into_iter().enumerate() {
+        assert_eq!(names, ["tcp:127.0.0.1", "tcp:127.0.0.2", "shm"], "the default rails, then the automatic shm");
+        for (p, (to, bytes)) in per_peer.into_iter().enumerate().filter(|&(p, _)| p != me) {
+            assert_eq!(to, [2], "rank {me} to {p}: shm alone");
+            assert!(bytes.len() == 1 && bytes[0] > 0, "rank {me} to {p}: {bytes:?}");
+        }
+    }
+}
+
+#[test]
+fn explicit_shm_in_the_rail_list_or_shm_off_keeps_the_rails() {
+    let explicit = host_job(|_| Endpoint::builder().rails("shm,tcp:127.0.0.1").key("k"));
+    let off = host_job(|_| Endpoint::builder().rails(&rails(2)).shm(ShmMode::Off).key("k"));
+    for (label, results, want) in
+        [("shm,tcp", explicit, vec!["shm", "tcp:127.0.0.1"]), ("off", off, vec!["tcp:127.0.0.1", "tcp:127.0.0.2"])]
+    {
+        for (me, (names, per_peer)) in results.into_iter().enumerate() {
+            assert_eq!(names, want, "{label}");
+            for (p, (to, bytes)) in per_peer.into_iter().enumerate().filter(|&(p, _)| p != me) {
+                assert_eq!(to, [0, 1], "{label}: rank {me} to {p}: every configured rail");
+                assert_eq!(bytes.len(), 2, "{label}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rank_with_shm_off_uses_the_rails_while_the_others_use_shm() {
+    let mode = |r: u32| if r == 0 { ShmMode::Off } else { ShmMode::Auto };
+    for (me, (names, per_peer)) in host_job(|r| Endpoint::builder().shm(mode(r)).key("k")).into_iter().enumerate() {
+        assert_eq!(names.len(), 3, "every rank has the job's rail list, shm included");
+        for (p, (to, _)) in per_peer.into_iter().enumerate().filter(|&(p, _)| p != me) {
+            let want: &[usize] = if me == 0 || p == 0 { &[0, 1] } else { &[2] };
+            assert_eq!(to, want, "rank {me} to {p}");
+        }
+    }
+}
+
+/// The libfabric rail over `tcp;ofi_rxm` on two loopback addresses, alone
+/// and beside a TCP rail (built with `--features ofi`).
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_tcp_two_rails_both_engines() {
+    let two = "ofi:tcp:127.0.0.1,ofi:tcp:127.0.0.2";
+    exchange_on(two, Progress::Polled, "*:stripe", 70, 30);
+    exchange_on(two, Progress::Threaded, "16K:single,*:adaptive", 71, 30);
+    exchange_on("ofi:tcp:127.0.0.1,tcp:127.0.0.2", Progress::Polled, "16K:single,*:adaptive", 72, 20);
+}
+
+/// The libfabric `shm` provider, alone and beside the native shm rail,
+/// one rank per process (the normal case).
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_shm_rail_both_engines() {
+    exchange_across_processes("ofi:shm", Progress::Polled, "16K:single,*:adaptive", 80, 30);
+    exchange_across_processes("ofi:shm", Progress::Threaded, "16K:single,*:adaptive", 81, 30);
+    exchange_across_processes("ofi:shm,shm", Progress::Polled, "*:stripe", 82, 20);
+}
+
+/// Two ranks of one process, each with its own libfabric domain: without
+/// the rail's process-wide lock on libfabric calls, 1.17's shm provider
+/// hung or crashed here (docs/rails/ofi.md).
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_shm_two_ranks_in_one_process() {
+    exchange_on("ofi:shm", Progress::Polled, "16K:single,*:adaptive", 83, 30);
+    exchange_on("ofi:shm", Progress::Threaded, "16K:single,*:adaptive", 84, 30);
 }
 
 #[test]

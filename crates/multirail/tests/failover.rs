@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use multirail::{BytesMut, Endpoint, FaultConfig, Finished, Progress, Request};
+use multirail::{BytesMut, Endpoint, FaultConfig, Finished, Progress, Request, ShmMode};
 
 /// Rank 0 streams `count` messages of `size` to rank 1, which checks every
 /// byte; rail 1 is killed after `kill_after` and revived after `down_for`.
@@ -32,7 +32,9 @@ fn stream_with_kill(
         });
         let results = job(
             2,
-            |_| Endpoint::builder().progress(progress).policy(policy).key("k").fault(1, fault.clone()),
+            |_| {
+                Endpoint::builder().shm(ShmMode::Off).progress(progress).policy(policy).key("k").fault(1, fault.clone())
+            },
             |ep| {
                 let t0 = Instant::now();
                 for round in 0..count / 16 {

@@ -43,6 +43,11 @@ const LONG: Duration = Duration::from_secs(30);
 /// Traffic between ranks 0 and 1: eager and rendezvous, striped.
 const SIZES: [usize; 5] = [0, 100, 20_000, 300_000, 2 << 20];
 
+/// The address table's magic and the size of a row's host identity
+/// (docs/protocol.md §2).
+const TABLE_MAGIC: u32 = 0x4d52_5448;
+const HOST_ID: usize = 32;
+
 fn rank_config(progress: Progress) -> Config {
     let mut c = config(NRAILS, progress);
     c.key = Some(KEY.to_vec());
@@ -141,10 +146,13 @@ impl Drop for AbortOnPanic<'_> {
 
 fn encode_row(addrs: &[SocketAddr]) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(&0x4d52_5442u32.to_le_bytes());
+    out.extend_from_slice(&TABLE_MAGIC.to_le_bytes());
     out.extend_from_slice(&1u32.to_le_bytes());
     out.extend_from_slice(&(addrs.len() as u16).to_le_bytes());
-    for a in addrs {
+    // Host identity unknown (never "the same host"), no shm listener.
+    out.extend_from_slice(&[0u8; HOST_ID]);
+    let no_shm = SocketAddr::from(([0, 0, 0, 0], 0));
+    for a in std::iter::once(&no_shm).chain(addrs) {
         match a.ip() {
             IpAddr::V4(v) => {
                 out.push(4);
@@ -163,14 +171,16 @@ fn encode_row(addrs: &[SocketAddr]) -> Vec<u8> {
 fn read_table(s: &mut TcpStream) -> Vec<Vec<SocketAddr>> {
     let mut head = [0u8; 10];
     s.read_exact(&mut head).expect("table header");
-    assert_eq!(u32::from_le_bytes(head[..4].try_into().unwrap()), 0x4d52_5442, "table magic");
+    assert_eq!(u32::from_le_bytes(head[..4].try_into().unwrap()), TABLE_MAGIC, "table magic");
     let ranks = u32::from_le_bytes(head[4..8].try_into().unwrap()) as usize;
     let rails = u16::from_le_bytes(head[8..10].try_into().unwrap()) as usize;
     assert_eq!((ranks, rails), (3, NRAILS));
-    let mut body = vec![0u8; ranks * rails * 19];
+    let row = HOST_ID + (1 + rails) * 19;
+    let mut body = vec![0u8; ranks * row];
     s.read_exact(&mut body).expect("table body");
     let addrs: Vec<SocketAddr> = body
-        .chunks_exact(19)
+        .chunks_exact(row)
+        .flat_map(|r| r[HOST_ID + 19..].chunks_exact(19))
         .map(|e| {
             let ip = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&e[1..17]).unwrap());
             let ip = if e[0] == 4 { IpAddr::V4(ip.to_ipv4_mapped().expect("mapped v4")) } else { IpAddr::V6(ip) };
@@ -192,16 +202,7 @@ impl Intruder {
     /// Joins the job at `root` as rank 2 and connects every rail to ranks
     /// 0 and 1, exactly as a real rank 2 would.
     fn join(root: SocketAddr, credits: u64) -> Intruder {
-        let mut s = TcpStream::connect(root).expect("connect to the root");
-        let peer = hs::connect(&mut s, &hello(2, u16::MAX), KEY, LONG).expect("root handshake");
-        assert_eq!(peer.rank, 0);
-        let listeners: Vec<TcpListener> =
-            (0..NRAILS).map(|k| TcpListener::bind(format!("127.0.0.{}:0", k + 1)).unwrap()).collect();
-        let mine: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-        s.write_all(&encode_row(&mine)).unwrap();
-        s.set_read_timeout(Some(LONG)).unwrap();
-        let table = read_table(&mut s);
-        assert_eq!(table[2], mine);
+        let (_root, listeners, table) = Intruder::join_table(root);
         let mut conns = Vec::new();
         for j in 0..2u32 {
             let mut row = Vec::new();
@@ -217,6 +218,23 @@ impl Intruder {
             conns.push(row);
         }
         Intruder { table, conns, _listeners: listeners }
+    }
+
+    /// Joins the job at `root` as rank 2 and returns the root connection,
+    /// our rail listeners and the job's address table, without connecting
+    /// any rail.
+    fn join_table(root: SocketAddr) -> (TcpStream, Vec<TcpListener>, Vec<Vec<SocketAddr>>) {
+        let mut s = TcpStream::connect(root).expect("connect to the root");
+        let peer = hs::connect(&mut s, &hello(2, u16::MAX), KEY, LONG).expect("root handshake");
+        assert_eq!(peer.rank, 0);
+        let listeners: Vec<TcpListener> =
+            (0..NRAILS).map(|k| TcpListener::bind(format!("127.0.0.{}:0", k + 1)).unwrap()).collect();
+        let mine: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        s.write_all(&encode_row(&mine)).unwrap();
+        s.set_read_timeout(Some(LONG)).unwrap();
+        let table = read_table(&mut s);
+        assert_eq!(table[2], mine);
+        (s, listeners, table)
     }
 
     fn send_raw(&mut self, rank: usize, rail: usize, bytes: &[u8]) {
@@ -529,30 +547,89 @@ fn handshake_attack(attack: impl FnOnce(SocketAddr) + Send) {
 
 #[test]
 fn handshake_wrong_key() {
-    handshake_attack(|addr| {
-        // With the library: the acceptor's proof does not verify with our
-        // key, so we give up before AUTH.
-        let mut s = TcpStream::connect(addr).unwrap();
-        let e = hs::connect(&mut s, &hello(2, 1), b"not-the-key", LONG).unwrap_err();
-        assert!(matches!(e, HandshakeFailure::Refused(HandshakeError::BadKey)), "{e}");
-        drop(s);
-        // By hand: a forged AUTH is refused with reason *key*, and does
-        // not replace our real rail 1 (no "replaced" error on rank 0).
-        let mut s = TcpStream::connect(addr).unwrap();
-        let mine = hello_bytes(&hello(2, 1), b"not-the-key");
-        s.write_all(&mine).unwrap();
-        let Answer::Hello(reply) = answer(&mut s) else { panic!("expected the acceptor's HELLO") };
-        let (state, _) = ConnectorSent::start(&hello(2, 1), b"not-the-key");
-        assert!(matches!(state.on_reply(&reply.to_bytes()), Err(HandshakeError::BadKey)));
-        let mut auth = HelloRepr::parse(&mine).unwrap();
-        auth.kind = HelloKind::Auth;
-        auth.proof = [0x42; 32];
-        s.write_all(&auth.to_bytes()).unwrap();
-        match answer(&mut s) {
-            Answer::Reject(r) => assert_eq!(r, RejectReason::Key),
-            other => panic!("expected REJECT key, got {other:?}"),
+    handshake_attack(wrong_key_attack);
+}
+
+/// A rail connection to `addr` without the job's key: refused at HELLO.
+fn wrong_key_attack(addr: SocketAddr) {
+    // With the library: the acceptor's proof does not verify with our
+    // key, so we give up before AUTH.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let e = hs::connect(&mut s, &hello(2, 1), b"not-the-key", LONG).unwrap_err();
+    assert!(matches!(e, HandshakeFailure::Refused(HandshakeError::BadKey)), "{e}");
+    drop(s);
+    // By hand: a forged AUTH is refused with reason *key*, and does
+    // not replace our real rail 1 (no "replaced" error on rank 0).
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mine = hello_bytes(&hello(2, 1), b"not-the-key");
+    s.write_all(&mine).unwrap();
+    let Answer::Hello(reply) = answer(&mut s) else { panic!("expected the acceptor's HELLO") };
+    let (state, _) = ConnectorSent::start(&hello(2, 1), b"not-the-key");
+    assert!(matches!(state.on_reply(&reply.to_bytes()), Err(HandshakeError::BadKey)));
+    let mut auth = HelloRepr::parse(&mine).unwrap();
+    auth.kind = HelloKind::Auth;
+    auth.proof = [0x42; 32];
+    s.write_all(&auth.to_bytes()).unwrap();
+    match answer(&mut s) {
+        Answer::Reject(r) => assert_eq!(r, RejectReason::Key),
+        other => panic!("expected REJECT key, got {other:?}"),
+    }
+    // Nothing after the REJECT: no libfabric address on an `ofi` rail.
+    assert_closed(&mut s);
+}
+
+/// An `ofi` rail's side channel is authenticated like a TCP rail: a
+/// connection without the key is refused at HELLO, before the endpoint
+/// sends its libfabric address, while ranks 0 and 1 exchange verified
+/// traffic over `ofi:tcp` on two loopback addresses.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_rail_wrong_key_is_refused_before_its_address() {
+    let _serial = serial();
+    let root = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = root.local_addr().unwrap();
+    let ofi_config = |p| {
+        let mut c = rank_config(p);
+        c.rails = multirail_transport::RailSpec::parse_list("ofi:tcp:127.0.0.1,ofi:tcp:127.0.0.2").unwrap();
+        c
+    };
+    let ctl = Ctl::default();
+    let (ctl, root, ofi_config) = (&ctl, &root, &ofi_config);
+    std::thread::scope(|s| {
+        let ranks: Vec<_> = (0..2u32)
+            .map(|rank| {
+                s.spawn(move || {
+                    let _a = AbortOnPanic(ctl);
+                    let b = Builder::new(ofi_config(Progress::Polled)).rank(rank, 3);
+                    let ep = if rank == 0 { b.root_listener(root.try_clone().unwrap()) } else { b.root(addr) };
+                    let ep = ep.build().expect("rank");
+                    traffic(&ep, ctl);
+                    assert!(failures(&ep).is_empty(), "rank {rank}: {:?}", ep.rail_errors());
+                    assert!(
+                        ep.rail_stats(1 - rank).iter().all(|s| s.up && s.rx_bytes > 0),
+                        "{:?}",
+                        ep.rail_stats(1 - rank)
+                    );
+                    ctl.done_checking(rank);
+                    ctl.wait("the other rank's checks", || ctl.all_checked());
+                    ep.close().expect("closes cleanly");
+                })
+            })
+            .collect();
+        let intruder = s.spawn(move || {
+            let _a = AbortOnPanic(ctl);
+            let (_root, _listeners, table) = Intruder::join_table(addr);
+            if ctl.wait("traffic", || ctl.started.load(Ordering::Acquire)) {
+                wrong_key_attack(table[0][1]);
+                ctl.attack_done.store(true, Ordering::Release);
+                ctl.wait("the ranks' checks", || ctl.all_checked());
+            }
+        });
+        for h in ranks.into_iter().chain([intruder]) {
+            if let Err(p) = h.join() {
+                std::panic::resume_unwind(Box::new(panic_text(&p)));
+            }
         }
-        assert_closed(&mut s);
     });
 }
 
@@ -572,7 +649,7 @@ fn handshake_wrong_job() {
 #[test]
 fn handshake_wrong_protocol_version() {
     handshake_attack(|addr| {
-        for version in [0u16, 1, 3, 0xffff] {
+        for version in [0u16, 1, 2, 4, 0xffff] {
             let mut b = hello_bytes(&hello(2, 1), KEY);
             b[8..10].copy_from_slice(&version.to_le_bytes());
             refused_with(addr, &b, RejectReason::Version);

@@ -84,6 +84,30 @@ impl FailPlan {
     }
 }
 
+/// Parses every `--fail-rail` and checks the plans against the job: `nrails`
+/// rails, in a testbed or not. The launcher calls this before any rank
+/// starts, so a bad value is said once.
+pub fn parse_plans(given: &[String], nrails: usize, testbed: bool) -> anyhow::Result<Vec<FailPlan>> {
+    let plans = given.iter().map(|s| FailPlan::parse(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    check_plans(&plans, nrails, testbed)?;
+    Ok(plans)
+}
+
+fn check_plans(plans: &[FailPlan], nrails: usize, testbed: bool) -> anyhow::Result<()> {
+    for (i, plan) in plans.iter().enumerate() {
+        if plan.rail >= nrails {
+            bail!("--fail-rail {}@...: there are only {nrails} rails (0 to {})", plan.rail, nrails.saturating_sub(1));
+        }
+        if plans[..i].iter().any(|p| p.rail == plan.rail) {
+            bail!("--fail-rail: rail {} is given twice (one failure per rail)", plan.rail);
+        }
+        if !testbed && plan.side != 0 {
+            bail!("--fail-rail ...:side=host{}: sides exist only in a testbed (--testbed)", plan.side);
+        }
+    }
+    Ok(())
+}
+
 /// Takes rails down and up as planned.
 pub struct Injector {
     plans: Vec<Armed>,
@@ -101,17 +125,9 @@ impl Injector {
     /// only; killing one end takes the connection down for both).
     pub fn prepare(plans: Vec<FailPlan>, cfg: &mut Config, rank: u32) -> anyhow::Result<Injector> {
         let testbed = std::env::var(TESTBED_PREFIX).ok().filter(|p| !p.is_empty());
+        check_plans(&plans, cfg.rails.len(), testbed.is_some())?;
         let mut armed: Vec<Armed> = Vec::new();
         for plan in plans {
-            if plan.rail >= cfg.rails.len() {
-                bail!("--fail-rail {}: there are only {} rails", plan.rail, cfg.rails.len());
-            }
-            if armed.iter().any(|a| a.plan.rail == plan.rail) {
-                bail!("--fail-rail: rail {} is given twice (one failure per rail)", plan.rail);
-            }
-            if testbed.is_none() && plan.side != 0 {
-                bail!("--fail-rail ...:side=host{}: sides exist only in a testbed (--testbed)", plan.side);
-            }
             let switch = Arc::new(AtomicBool::new(false));
             if rank == 0 && testbed.is_none() {
                 if cfg.faults.len() <= plan.rail {
@@ -126,6 +142,25 @@ impl Injector {
             armed.push(Armed { plan, switch, netns });
         }
         Ok(Injector { plans: armed })
+    }
+
+    /// Once the endpoint is up: every rail to fail must be one rank 0 and
+    /// `peer` use (ranks of one host talk over shared memory alone).
+    pub fn check_rails(&self, ep: &Endpoint, peer: u32) -> anyhow::Result<()> {
+        let to = ep.rails_to(peer);
+        for a in &self.plans {
+            if to.get(a.plan.rail) != Some(&a.plan.rail) {
+                let names = ep.rail_names();
+                let used: Vec<&str> = to.iter().map(|&g| names[g].as_str()).collect();
+                bail!(
+                    "--fail-rail {}: ranks 0 and {peer} share a host and talk over {} only; to fail one of the \
+                     configured rails, run them over those (MULTIRAIL_SHM=off)",
+                    a.plan.rail,
+                    used.join(",")
+                );
+            }
+        }
+        Ok(())
     }
 
     pub fn is_empty(&self) -> bool {

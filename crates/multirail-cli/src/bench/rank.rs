@@ -9,7 +9,7 @@ use multirail::{Endpoint, JobInfo};
 use multirail_perf::report::{csv, json, osu};
 use multirail_perf::{BenchError, Progress, RunInfo, SizeResult};
 
-use super::{config_of, fail, plot, spec_of};
+use super::{agree, config_of, fail, plot, spec_of};
 use crate::cli::BenchArgs;
 
 pub fn run(args: &BenchArgs, job: &JobInfo) -> anyhow::Result<i32> {
@@ -29,15 +29,33 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     if let Some(k) = key {
         cfg.key = Some(k.into_bytes());
     }
-    let spec = spec_of(args, job.size)?;
+    spec_of(args, job.size)?;
     let plot_to = plot::target(args)?;
     let plans = args.fail_rail.iter().map(|s| fail::FailPlan::parse(s)).collect::<anyhow::Result<Vec<_>>>()?;
     let failure = Some(fail::Injector::prepare(plans, &mut cfg, job.rank)?).filter(|i| !i.is_empty());
+    let limit = cfg.setup_timeout;
     let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
+    // Two hosts: the server runs the client's test.
+    let adopted;
+    let args = match job.source {
+        "--server" => {
+            adopted = agree::as_server(&ep, args, limit)?;
+            &adopted
+        }
+        "--connect" => {
+            agree::as_client(&ep, args, limit)?;
+            args
+        }
+        _ => args,
+    };
+    let spec = spec_of(args, job.size)?;
     let lead = ep.rank() == 0;
+    if let Some(inj) = failure.as_ref().filter(|_| lead) {
+        inj.check_rails(&ep, 1)?;
+    }
     let info = RunInfo::from_endpoint(&ep, &spec);
     let model = if lead { super::model_columns(args, info.rails.len())? } else { None };
-    let opts = osu::TableOptions { rail_stats: args.rail_stats, percentiles: false, model: model.clone() };
+    let opts = osu::TableOptions { rail_stats: args.rail_stats, full: args.full, model: model.clone() };
     let model = model.as_ref();
     let mut out = std::io::stdout().lock();
     if lead {

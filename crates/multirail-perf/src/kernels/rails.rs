@@ -21,6 +21,13 @@ impl RailMeter {
     }
 }
 
+/// Bytes per rail of the job (`ep.rail_names()` order): a rail the pair
+/// does not use (the `shm` rail to another host, the network rails to a
+/// rank of this host) counts 0.
 fn totals(ep: &Endpoint, peer: u32) -> Vec<u64> {
-    ep.rail_stats(peer).iter().map(|r| r.tx_bytes + r.rx_bytes).collect()
+    let mut out = vec![0; ep.config().rails.len()];
+    for (g, r) in ep.rails_to(peer).into_iter().zip(ep.rail_stats(peer)) {
+        out[g] = r.tx_bytes + r.rx_bytes;
+    }
+    out
 }

@@ -124,13 +124,14 @@ mod tests {
             pairs: 1,
             validate: true,
             version: "0.1.0".into(),
+            hosts: vec![],
         };
         let r = SizeResult {
             size: 0,
             value: 1.5,
             unit: Unit::Micros,
             msg_rate: None,
-            percentiles: Some(Percentiles { p50: 1.25, p90: 2.0, p99: 4.5 }),
+            percentiles: Some(Percentiles { min: 1.0, p50: 1.25, p90: 2.0, p99: 4.5, max: 5.0 }),
             iterations: 1000,
             warmup: 100,
             rail_bytes: vec![0, 12],

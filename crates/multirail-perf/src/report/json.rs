@@ -15,13 +15,18 @@ pub struct JsonRecord {
     pub size: u64,
     pub value: f64,
     pub unit: Unit,
-    /// One-way latency percentiles in µs (latency tests).
+    /// One-way latency percentiles in µs (latency tests), and the
+    /// smallest and largest sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p50: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p90: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
     /// Messages per second (mbw_mr).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub msg_rate: Option<f64>,
@@ -64,6 +69,10 @@ pub struct JsonConfig {
     pub pairs: u32,
     pub validate: bool,
     pub version: String,
+    /// The host of every rank (rank `r` on host `hosts[r]`), so a reader
+    /// knows which pairs were intra-node; absent when not known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<u32>,
 }
 
 impl JsonConfig {
@@ -80,6 +89,7 @@ impl JsonConfig {
             pairs: info.pairs,
             validate: info.validate,
             version: info.version.clone(),
+            hosts: info.hosts.clone(),
         }
     }
 }
@@ -97,9 +107,11 @@ pub fn record_with_model(info: &RunInfo, r: &SizeResult, model: Option<&ModelCol
         size: r.size,
         value: r.value,
         unit: r.unit,
+        min: r.percentiles.map(|p| p.min),
         p50: r.percentiles.map(|p| p.p50),
         p90: r.percentiles.map(|p| p.p90),
         p99: r.percentiles.map(|p| p.p99),
+        max: r.percentiles.map(|p| p.max),
         msg_rate: r.msg_rate,
         rail_bytes: r.rail_bytes.clone(),
         iterations: r.iterations,
@@ -129,8 +141,9 @@ pub fn lines(info: &RunInfo, results: &[SizeResult]) -> String {
     results.iter().map(|r| line(info, r)).collect()
 }
 
-/// Serializes any of this crate's records as one line.
-pub(crate) fn to_line(value: &impl Serialize) -> String {
+/// Serializes a record as one line of JSON Lines, the format of every
+/// `--json` of the `multirail` command (records with string map keys only).
+pub fn to_line(value: &impl Serialize) -> String {
     // Our records hold only strings, numbers, booleans and sequences:
     // serde_json cannot fail on them (non-finite floats become null).
     let mut s = serde_json::to_string(value).expect("plain records always serialize");
@@ -159,6 +172,7 @@ mod tests {
             pairs: 1,
             validate: false,
             version: "0.1.0".into(),
+            hosts: vec![],
         }
     }
 
@@ -171,18 +185,18 @@ mod tests {
             value: 1.25,
             unit: Unit::Micros,
             msg_rate: None,
-            percentiles: Some(Percentiles { p50: 1.0, p90: 2.0, p99: 3.5 }),
+            percentiles: Some(Percentiles { min: 0.5, p50: 1.0, p90: 2.0, p99: 3.5, max: 9.0 }),
             iterations: 100,
             warmup: 10,
             rail_bytes: vec![800, 0],
             elapsed: Duration::from_micros(250),
             capped: false,
         };
-        let expected =
-            String::from(r#"{"test":"latency","size":8,"value":1.25,"unit":"us","p50":1.0,"p90":2.0,"p99":3.5,"#)
-                + r#""rail_bytes":[800,0],"iterations":100,"warmup":10,"elapsed_s":0.00025,"capped":false,"#
-                + CONFIG
-                + "}\n";
+        let expected = String::from(
+            r#"{"test":"latency","size":8,"value":1.25,"unit":"us","min":0.5,"p50":1.0,"p90":2.0,"p99":3.5,"max":9.0,"#,
+        ) + r#""rail_bytes":[800,0],"iterations":100,"warmup":10,"elapsed_s":0.00025,"capped":false,"#
+            + CONFIG
+            + "}\n";
         let got = line(&info(Test::Latency), &r);
         assert_eq!(got, expected);
         assert_eq!(serde_json::from_str::<JsonRecord>(&got).unwrap(), record(&info(Test::Latency), &r));

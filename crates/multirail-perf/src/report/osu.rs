@@ -1,8 +1,8 @@
 //! OSU's table: `# `-prefixed header lines, then one row per size printed
 //! with OSU's `"%-*d%*.*f"` (width 10, then `FIELD_WIDTH` 18 and
-//! `FLOAT_PRECISION` 2). Columns OSU does not have (percentiles, per-rail
-//! bytes and shares) come after OSU's, so scripts that read OSU's first
-//! columns read ours.
+//! `FLOAT_PRECISION` 2). Optional columns (OSU's full format, percentiles,
+//! per-rail bytes and shares) come after OSU's first ones, so scripts that
+//! read those read ours.
 //!
 //! ```text
 //! # multirail OSU-style Bandwidth Test v0.1.0
@@ -30,9 +30,10 @@ const PERCENTILES: [u32; 3] = [50, 90, 99];
 pub struct TableOptions {
     /// Per rail: payload MB moved in the timed part and share in percent.
     pub rail_stats: bool,
-    /// P50/P90/P99 one-way latency columns (latency tests), named as
-    /// OSU's `-z` columns.
-    pub percentiles: bool,
+    /// OSU's full format (`-f`: min and max latency, iterations) and
+    /// P50/P90/P99 one-way latency columns named as OSU's `-z` ones
+    /// (latency tests).
+    pub full: bool,
     /// The bandwidth model's predictions and measured/predicted
     /// (`bench bw --model`), after OSU's columns and before the rails'.
     pub model: Option<ModelColumns>,
@@ -67,6 +68,9 @@ pub fn header(info: &RunInfo, opts: &TableOptions) -> String {
         Test::MultiLat => out.push_str(&format!("# [ pairs: {} ]\n", info.pairs)),
         Test::Latency => {}
     }
+    if let Some(p) = info.placement() {
+        out.push_str(&format!("# placement: {p}\n"));
+    }
     if let Some(m) = &opts.model {
         out.push_str(&m.header_line());
     }
@@ -85,7 +89,8 @@ fn columns(info: &RunInfo, opts: &TableOptions) -> String {
     if info.validate {
         let _ = write!(out, "{:>w$}", "Validation");
     }
-    if opts.percentiles && info.test.is_latency() {
+    if opts.full && info.test.is_latency() {
+        let _ = write!(out, "{:>w$}{:>w$}{:>w$}", "Min Latency(us)", "Max Latency(us)", "Iterations");
         for p in PERCENTILES {
             let _ = write!(out, "{:>w$}", format!("P{p} Tail Lat(us)"));
         }
@@ -115,12 +120,16 @@ pub fn row(info: &RunInfo, r: &SizeResult, opts: &TableOptions) -> String {
         // A failed validation ends the run, so every printed row passed.
         let _ = write!(out, "{:>w$}", "Pass");
     }
-    if opts.percentiles && info.test.is_latency() {
+    if opts.full && info.test.is_latency() {
         match r.percentiles {
             Some(p) => {
+                let _ = write!(out, "{:>w$.2}{:>w$.2}{:>w$}", p.min, p.max, r.iterations);
                 let _ = write!(out, "{:>w$.2}{:>w$.2}{:>w$.2}", p.p50, p.p90, p.p99);
             }
-            None => out.push_str(&format!("{:>w$}", "-").repeat(PERCENTILES.len())),
+            None => {
+                let _ = write!(out, "{:>w$}{:>w$}{:>w$}", "-", "-", r.iterations);
+                out.push_str(&format!("{:>w$}", "-").repeat(PERCENTILES.len()));
+            }
         }
     }
     if let Some(m) = &opts.model {
@@ -172,6 +181,7 @@ mod tests {
             pairs: 2,
             validate: false,
             version: "0.1.0".into(),
+            hosts: vec![],
         }
     }
 
@@ -235,14 +245,16 @@ mod tests {
         let mut i = info(Test::MultiLat);
         i.validate = true;
         let mut r = result(2, 3.0, Unit::Micros);
-        r.percentiles = Some(Percentiles { p50: 2.5, p90: 4.0, p99: 10.25 });
-        let opts = TableOptions { rail_stats: true, percentiles: true, model: None };
+        r.percentiles = Some(Percentiles { min: 1.5, p50: 2.5, p90: 4.0, p99: 10.25, max: 12.0 });
+        let opts = TableOptions { rail_stats: true, full: true, model: None };
         let expected = String::from("# multirail OSU-style Multi Latency Test v0.1.0\n")
             + CONFIG
             + "# [ pairs: 2 ]\n"
-            + "# Size          Latency (us)        Validation  P50 Tail Lat(us)  P90 Tail Lat(us)  P99 Tail Lat(us)"
+            + "# Size          Latency (us)        Validation   Min Latency(us)   Max Latency(us)        Iterations"
+            + "  P50 Tail Lat(us)  P90 Tail Lat(us)  P99 Tail Lat(us)"
             + "   rail0(MB)    rail0(%)   rail1(MB)    rail1(%)\n"
-            + "2                       3.00              Pass              2.50              4.00             10.25"
+            + "2                       3.00              Pass              1.50             12.00                10"
+            + "              2.50              4.00             10.25"
             + "        3.00       75.00        1.00       25.00\n";
         assert_eq!(table(&i, &[r], &opts), expected);
     }
@@ -265,8 +277,9 @@ mod tests {
 
     #[test]
     fn missing_percentiles_print_dashes() {
-        let opts = TableOptions { rail_stats: false, percentiles: true, model: None };
+        let opts = TableOptions { rail_stats: false, full: true, model: None };
         let line = row(&info(Test::Latency), &result(1, 1.0, Unit::Micros), &opts);
-        assert_eq!(line, format!("1{}1.00{}\n", " ".repeat(23), format!("{:>18}", "-").repeat(3)));
+        let dashes = |n: usize| format!("{:>18}", "-").repeat(n);
+        assert_eq!(line, format!("1{}1.00{}{:>18}{}\n", " ".repeat(23), dashes(2), 10, dashes(3)));
     }
 }

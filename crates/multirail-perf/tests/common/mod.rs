@@ -6,17 +6,19 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use multirail::{Builder, Config, Endpoint, Progress};
+use multirail::{Builder, Config, Endpoint, Progress, ShmMode};
 
 /// `n` loopback rails: 127.0.0.1, 127.0.0.2, ...
 pub fn rails(n: usize) -> String {
     (1..=n).map(|i| format!("tcp:127.0.0.{i}")).collect::<Vec<_>>().join(",")
 }
 
-/// A builder for `nrails` loopback rails with a test key.
+/// A builder for `nrails` loopback TCP rails with a test key (the ranks
+/// share a host: automatic shared memory is off).
 pub fn builder(nrails: usize, progress: Progress) -> Builder {
     let c = Config {
         progress,
+        shm: ShmMode::Off,
         key: Some(b"test-key".to_vec()),
         setup_timeout: Duration::from_secs(20),
         ..Default::default()

@@ -31,6 +31,7 @@
 //! in [`connect`].
 
 pub mod connect;
+mod frags;
 pub mod liveness;
 mod rail;
 mod ranges;
@@ -493,6 +494,8 @@ pub struct Core {
     /// found them quiet. Timers cost in proportion to these, not to every
     /// peer of a large job.
     active: BTreeSet<PeerId>,
+    /// Messages taken by the small-message fast path (`rx_eager_whole`).
+    fast_rx: u64,
 }
 
 impl Core {
@@ -514,6 +517,7 @@ impl Core {
             connect_dirty: true,
             connect_next: None,
             active: BTreeSet::new(),
+            fast_rx: 0,
         }
     }
 
@@ -573,6 +577,12 @@ impl Core {
     }
 
     /// Bytes of unexpected data buffered for `peer`.
+    /// Messages received by the small-message fast path (a whole eager
+    /// message meeting its posted receive in order). For tests and stats.
+    pub fn fast_received(&self) -> u64 {
+        self.fast_rx
+    }
+
     pub fn unexpected_bytes(&self, peer: PeerId) -> u64 {
         self.peers.get(&peer).map_or(0, |p| p.credit_used)
     }
@@ -607,6 +617,10 @@ impl Core {
                         _ => {}
                     }
                 }
+            }
+            if p.inc.contains_key(&p.next_match) {
+                // The small-message fast path relies on this.
+                return Err(format!("peer {id}: message {} arrived but was not made matchable", p.next_match));
             }
             for (&seq, m) in &p.inc {
                 if let Some(r) = m.cts_rail {

@@ -202,11 +202,26 @@ impl Core {
         now: Time,
         data: Option<&[u8]>,
     ) -> Result<Dest, ProtocolError> {
+        if !self.accept_header(peer, rail, hdr, now)? {
+            return Ok(Dest::Payload(PayloadDest::Discard));
+        }
+        self.dispatch(peer, rail, hdr, now, data)
+    }
+
+    /// What every frame does first: notes that the peer and the rail are
+    /// alive and takes the piggybacked delivered prefix. False: the frame
+    /// is not for us any more (peer failed, rail declared down); drop it.
+    fn accept_header(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        now: Time,
+    ) -> Result<bool, ProtocolError> {
         self.active.insert(peer);
-        let discard = Ok(Dest::Payload(PayloadDest::Discard));
-        let Some(p) = self.peers.get_mut(&peer) else { return discard };
+        let Some(p) = self.peers.get_mut(&peer) else { return Ok(false) };
         if p.failed.is_some() {
-            return discard;
+            return Ok(false);
         }
         match p.rails.get_mut(rail) {
             Some(r) if r.up && r.ctrl_bytes >= MAX_CTRL_BACKLOG => {
@@ -214,14 +229,26 @@ impl Core {
             }
             Some(r) if r.up => r.last_rx = now,
             // A rail we declared down: the driver is closing it.
-            _ => return discard,
+            _ => return Ok(false),
         }
         p.last_rx = now;
         if hdr.flags.contains(Flags::ACKED) {
             let prefix = p.widen_prefix(hdr.aux).ok_or(ProtocolError::BogusAck { seq: hdr.aux as u64 })?;
             self.rx_prefix(peer, prefix, now)?;
         }
-        let p = self.peers.get_mut(&peer).expect("checked above");
+        Ok(true)
+    }
+
+    /// The rest of [`Core::header_dest`], by operation.
+    fn dispatch(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        now: Time,
+        data: Option<&[u8]>,
+    ) -> Result<Dest, ProtocolError> {
+        let p = self.peers.get_mut(&peer).expect("accept_header checked");
         let none = Dest::Payload(PayloadDest::None);
         match hdr.op {
             Op::Eager => self.rx_eager(peer, rail, hdr, now, data),
@@ -317,7 +344,15 @@ impl Core {
     ) -> Result<(), ProtocolError> {
         let checked = !hdr.flags.contains(Flags::CHECKSUM) || payload_checksum(payload) == hdr.checksum;
         let data = (hdr.op.carries_data() && checked && payload.len() == hdr.payload_len()).then_some(payload);
-        match self.header_dest(peer, rail, hdr, now, data)? {
+        if !self.accept_header(peer, rail, hdr, now)? {
+            return Ok(());
+        }
+        if let Some(d) = data.filter(|_| hdr.op == Op::Eager) {
+            if self.rx_eager_whole(peer, rail, hdr, d, now)? {
+                return Ok(());
+            }
+        }
+        match self.dispatch(peer, rail, hdr, now, data)? {
             Dest::Stored => {
                 self.received(peer, rail, hdr, now);
                 Ok(())
@@ -388,6 +423,59 @@ impl Core {
         let m = self.peers.get_mut(&peer).expect("checked").inc.get_mut(&seq).expect("present");
         m.check_same(hdr, seq)?;
         m.dest_for(hdr, rail, data)
+    }
+
+    /// The common case of a small message, taken without the general
+    /// machinery: a whole eager message (one frame) that is the next to
+    /// match and meets a posted receive large enough goes straight into
+    /// that receive's buffer and completes it. No incoming-message state
+    /// is created. Returns false (nothing done) in every other case, which
+    /// the general path handles: out of order, a fragment, unexpected,
+    /// truncated, over the credit or length limits.
+    fn rx_eager_whole(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        data: &[u8],
+        now: Time,
+    ) -> Result<bool, ProtocolError> {
+        let (seq, len) = (hdr.seq, hdr.total_len);
+        let p = self.peers.get_mut(&peer).expect("accept_header checked");
+        // `inc` never holds `next_match` between calls (advance_matching
+        // takes it at once), so this message is fresh: not a duplicate,
+        // not begun on another rail.
+        if seq != p.next_match || hdr.offset != 0 || hdr.frag_len as u64 != len {
+            return Ok(false);
+        }
+        let cost = len + MESSAGE_OVERHEAD;
+        if len > self.cfg.unexpected_limit || p.credit_used.saturating_add(cost) > self.cfg.unexpected_limit {
+            return Ok(false);
+        }
+        let Some(i) = self.posted.iter().position(|x| x.matches(peer, hdr.tag)) else { return Ok(false) };
+        if (self.posted[i].buf.len() as u64) < len {
+            return Ok(false);
+        }
+        let Posted { req, src, mut buf, .. } = self.posted.remove(i).expect("index from position");
+        if src == Some(peer) {
+            p.posted_from = p.posted_from.saturating_sub(1);
+        }
+        p.next_match += 1;
+        buf[..data.len()].copy_from_slice(data);
+        p.done.insert(seq, seq + 1);
+        let later_arrived = !p.inc.is_empty();
+        self.fast_rx += 1;
+        self.events.push_back(Event::RecvDone { req, result: Ok(Status { peer, tag: hdr.tag, len }), buf });
+        if later_arrived {
+            // Messages that overtook this one become matchable now.
+            self.advance_matching(peer, now);
+        }
+        // The credit is taken and given back at once, as the general path
+        // does when a message meets its receive before its bytes.
+        self.charge(peer, cost)?;
+        self.return_credit(peer, cost, now);
+        self.note_rx(peer, rail, hdr, len >= self.cfg.ack_bytes, now);
+        Ok(true)
     }
 
     fn rx_data(
@@ -586,7 +674,7 @@ impl Core {
 
     /// Records a fully received fragment and acknowledges it.
     fn received(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, now: Time) {
-        let (ack_bytes, ack_delay) = (self.cfg.ack_bytes, self.cfg.ack_delay);
+        let ack_bytes = self.cfg.ack_bytes;
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let seq = hdr.seq;
         let mut big_done = false;
@@ -595,6 +683,17 @@ impl Core {
             m.frames += 1;
             big_done = m.received.covered() == m.total && m.total >= ack_bytes;
         }
+        self.note_rx(peer, rail, hdr, big_done, now);
+        self.try_finish(peer, seq, now);
+    }
+
+    /// Counts a received fragment on its rail and acknowledges it: in an
+    /// ACK at once when enough is pending (or a large message completed,
+    /// `big_done`), else within the ACK delay.
+    fn note_rx(&mut self, peer: PeerId, rail: RailId, hdr: &FrameHeader, big_done: bool, now: Time) {
+        let (ack_bytes, ack_delay) = (self.cfg.ack_bytes, self.cfg.ack_delay);
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let seq = hdr.seq;
         if let Some(r) = p.rails.get_mut(rail) {
             r.stats.rx_bytes += hdr.frag_len as u64;
             r.stats.rx_frames += 1;
@@ -607,7 +706,6 @@ impl Core {
                 p.ack_due = Some(now + ack_delay);
             }
         }
-        self.try_finish(peer, seq, now);
     }
 
     /// True if the payload of `hdr` was dropped only because another rail

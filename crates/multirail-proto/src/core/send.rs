@@ -3,14 +3,13 @@
 //! tracking every fragment until it is acknowledged, and moving the
 //! fragments of a failed rail to the survivors.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 
 use crate::sched::{MessageInfo, Plan, RailView, least_loaded};
 use crate::time::Time;
 use crate::wire::{AckRepr, Flags, FrameHeader, Op, frame::payload_checksum};
 
+use super::frags::FragMap;
 use super::rail::{FragRef, Handed, SendStamp};
 use super::{Core, Event, MESSAGE_OVERHEAD, Owed, Peer, PeerId, ProtocolError, RailId, ReqId, Transmit, push_wake};
 
@@ -61,7 +60,7 @@ pub(crate) struct OutMsg {
     pub tier: usize,
     pub plan: Option<Plan>,
     /// Fragments by offset.
-    pub frags: BTreeMap<u64, Frag>,
+    pub frags: FragMap,
     pub unwritten: usize,
     pub unacked: usize,
     /// `SendDone` was reported.
@@ -80,7 +79,7 @@ impl OutMsg {
             rts_at: Time::ZERO,
             tier: 0,
             plan: None,
-            frags: BTreeMap::new(),
+            frags: FragMap::default(),
             unwritten: 0,
             unacked: 0,
             completed: false,
@@ -145,7 +144,6 @@ impl Core {
         let mut views = std::mem::take(&mut p.views_buf);
         views.clear();
         views.extend(p.rails.iter().map(|r| r.view(&window, now)));
-        let mut woken: Vec<RailId> = Vec::new();
 
         // 0. RTSs whose rail failed go again, in order.
         if let Some(rail) = least_loaded(&views) {
@@ -155,7 +153,7 @@ impl Core {
                 m.rts_at = now;
                 p.rails[rail].push_ctrl(m.rts(true));
                 p.owe(rail, now, Owed::Cts(seq));
-                woken.push(rail);
+                push_wake(&mut self.wakeups, peer, rail);
             }
         }
 
@@ -183,7 +181,7 @@ impl Core {
                 m.rts_at = now;
                 p.rails[rail].push_ctrl(m.rts(false));
                 p.owe(rail, now, Owed::Cts(seq));
-                woken.push(rail);
+                push_wake(&mut self.wakeups, peer, rail);
             } else {
                 blocked = true;
                 break;
@@ -215,7 +213,7 @@ impl Core {
             r.inflight += f.len as u64;
             r.stats.retransmits += 1;
             r.data.push_back(FragRef { seq, offset });
-            woken.push(rail);
+            push_wake(&mut self.wakeups, peer, rail);
             p.retx.pop_front();
         }
 
@@ -247,16 +245,13 @@ impl Core {
                 r.inflight += c.len;
                 r.last_used = Some(now);
                 r.data.push_back(FragRef { seq, offset: c.offset });
-                woken.push(c.rail);
+                push_wake(&mut self.wakeups, peer, c.rail);
             }
             if plan.is_done() {
                 p.sending.remove(&seq);
             }
         }
         p.views_buf = views;
-        for rail in woken {
-            push_wake(&mut self.wakeups, peer, rail);
-        }
     }
 
     /// Frames handed out on `rail` were written, the first `n` in order.
@@ -264,7 +259,6 @@ impl Core {
         self.active.insert(peer);
         let Some(p) = self.peers.get_mut(&peer) else { return };
         let Some(r) = p.rails.get_mut(rail) else { return };
-        let mut done = Vec::new();
         for _ in 0..n {
             let Some(h) = r.handed.pop_front() else { break };
             let (seq, offset) = match h {
@@ -290,13 +284,15 @@ impl Core {
             }
             if !m.completed && m.unwritten == 0 && m.plan_done() {
                 m.completed = true;
-                done.push(m.req);
+                self.events.push_back(Event::SendDone { req: m.req, result: Ok(()) });
+                // Acknowledged before it was reported written: nothing
+                // more to keep. (Otherwise the ACK that completes it
+                // releases it.)
+                if m.unacked == 0 {
+                    p.out.remove(&seq);
+                }
             }
         }
-        for req in done {
-            self.events.push_back(Event::SendDone { req, result: Ok(()) });
-        }
-        self.release_acked(peer);
     }
 
     /// Drops messages that are completed and fully acknowledged.

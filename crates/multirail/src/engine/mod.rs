@@ -65,6 +65,11 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
+    /// A descriptor is registered for this slot.
+    pub fn registered(&self) -> bool {
+        self.fd.is_some()
+    }
+
     /// Brings the registration of slot `i` in line with its connection.
     pub fn update(&mut self, registry: &Registry, token: Token, st: &Serviced) {
         let fd = st.fd;

@@ -15,6 +15,13 @@ use crate::shared::{Inner, Shared};
 
 const WAKE: Token = Token(usize::MAX);
 
+/// Direct reads while spinning only up to this many slots (peers x rails):
+/// each costs a `read` per round, where `epoll_wait` covers any number.
+const DIRECT_MAX_SLOTS: usize = 4;
+/// A spinning loop still runs `epoll_wait` every this many rounds (for
+/// events of slots that are not read directly, e.g. not yet connected).
+const DIRECT_EPOLL_EVERY: u32 = 64;
+
 /// After an application wait ends, the background thread keeps off the
 /// loop this long (the application usually waits again soon).
 const HANDOFF: Duration = Duration::from_millis(2);
@@ -48,6 +55,13 @@ struct PollState {
     /// (shared memory: no readiness while we are awake), and membership.
     spin: Vec<usize>,
     is_spin: Vec<bool>,
+    /// Few connections and a spinning waiter: every connected slot is read
+    /// directly on every round, like shared memory, and a spinning round
+    /// skips `epoll_wait` (most of the time): a message that arrives costs
+    /// one `read` instead of `epoll_wait` + `read`.
+    direct: bool,
+    /// Spinning rounds since `epoll_wait` last ran.
+    skipped: u32,
 }
 
 use super::{TIMER_AFTER_WORK, TIMER_RECHECK};
@@ -93,6 +107,8 @@ impl Polled {
                 due: Vec::new(),
                 spin: Vec::new(),
                 is_spin: vec![false; n],
+                direct: !spin.is_zero() && n <= DIRECT_MAX_SLOTS,
+                skipped: 0,
             }),
             waker,
             waiters: AtomicUsize::new(0),
@@ -198,10 +214,14 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     }
     // Rails without readiness while we are awake: look at each.
     // (Not counted as work: an empty ring is the common case.)
-    for k in 0..st.spin.len() {
-        let i = st.spin[k];
+    // (A slot whose connection failed leaves the list as it is serviced.)
+    let mut k = 0;
+    while let Some(&i) = st.spin.get(k) {
         service(shared, st, i);
         busy |= st.more[i];
+        if st.spin.get(k) == Some(&i) {
+            k += 1;
+        }
     }
     let now = Instant::now();
     // Timers run when due; after work (which may have armed an earlier
@@ -239,6 +259,17 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     // that has something already cancels the sleep.
     let timeout = if !timeout.is_zero() && st.spin.iter().any(|&i| shared.arm(i)) { Duration::ZERO } else { timeout };
     st.todo = todo;
+    // Spinning with every connected slot read directly (above): nothing
+    // for epoll to tell, except now and then.
+    if timeout.is_zero()
+        && st.direct
+        && st.skipped < DIRECT_EPOLL_EVERY
+        && (0..n).all(|i| st.is_spin[i] || !st.regs[i].registered())
+    {
+        st.skipped += 1;
+        return;
+    }
+    st.skipped = 0;
     let PollState { poll, events, ready, .. } = st;
     if let Err(e) = poll.poll(events, Some(timeout)) {
         if e.kind() != std::io::ErrorKind::Interrupted {
@@ -268,9 +299,12 @@ fn service(shared: &Shared, st: &mut PollState, i: usize) {
     if let Some(d) = s.deadline {
         st.due.push((d, i));
     }
-    if s.spin != st.is_spin[i] {
-        st.is_spin[i] = s.spin;
-        if s.spin {
+    // A socket read directly as well: while the waiter spins, reading it
+    // is cheaper than asking epoll first (see `PollState::direct`).
+    let spin = s.spin || (st.direct && s.fd.is_some());
+    if spin != st.is_spin[i] {
+        st.is_spin[i] = spin;
+        if spin {
             st.spin.push(i);
         } else {
             st.spin.retain(|&j| j != i);

@@ -5,7 +5,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use multirail::{Builder, Config, Endpoint, Progress};
+use multirail::{Builder, Config, Endpoint, Progress, ShmMode};
 
 #[allow(unused_imports)]
 pub use multirail_proto::sim::pattern;
@@ -28,9 +28,12 @@ pub fn rails(n: usize) -> String {
     (1..=n).map(|i| format!("tcp:127.0.0.{i}")).collect::<Vec<_>>().join(",")
 }
 
+/// `nrails` loopback TCP rails between every pair: the ranks are threads
+/// of one process, on one host, so automatic shared memory is off.
 pub fn config(nrails: usize, progress: Progress) -> Config {
     Config {
         rails: multirail_transport::RailSpec::parse_list(&rails(nrails)).unwrap(),
+        shm: ShmMode::Off,
         progress,
         key: Some(b"test-key".to_vec()),
         setup_timeout: Duration::from_secs(20),

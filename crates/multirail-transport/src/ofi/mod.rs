@@ -1,0 +1,176 @@
+//! The libfabric (`ofi`) rail, behind the `ofi` cargo feature.
+//!
+//! A rail `ofi:PROVIDER[:DOMAIN_OR_ADDRESS]` is, per peer, one `FI_EP_RDM`
+//! endpoint of its own (fabric, domain, completion queue, address vector)
+//! that talks to exactly one peer endpoint, plus the authenticated TCP
+//! connection it was set up over (the *side channel*), which afterwards
+//! only says whether the peer is alive. The protocol core's frames travel
+//! as a byte stream ([`OfiStream`]) chopped into `fi_send` messages of at
+//! most [`CHUNK`] bytes, so the framing, validation and limits of
+//! [`crate::tcp::StreamRail`] apply unchanged: an `ofi` rail is a
+//! `StreamRail<OfiStream>`.
+//!
+//! * [`endpoint`] opens the libfabric objects for an [`OfiTarget`];
+//! * [`stream`] is the byte stream: bounce buffers registered once
+//!   (where the provider's `mr_mode` asks for `FI_MR_LOCAL`), receives
+//!   pre-posted, completions read from the CQ, its wait fd (when the
+//!   provider gives one) and the side channel behind one epoll fd;
+//! * [`list_providers`] is what `multirail info` prints.
+//!
+//! Setup order (both sides, after HELLO): [`endpoint::OfiEndpoint::open`],
+//! send our [`endpoint::OfiEndpoint::address`] over the side channel, read
+//! the peer's, then [`OfiStream::new`], which inserts it, posts the
+//! receives and waits for the peer's "ready" on the side channel.
+//!
+//! This is the only module besides `shm` with `unsafe` code (the FFI);
+//! every block carries a `// SAFETY:` comment.
+
+pub mod endpoint;
+pub mod stream;
+
+use std::ffi::{CStr, CString, c_char};
+use std::fmt;
+use std::io;
+
+use multirail_ofi_sys as sys;
+
+pub use crate::spec::OfiTarget;
+pub use endpoint::OfiEndpoint;
+pub use stream::OfiStream;
+
+/// The rail type: frames over an [`OfiStream`].
+pub type OfiRail = crate::tcp::StreamRail<OfiStream>;
+
+/// Bytes per `fi_send` (and per pre-posted receive buffer).
+pub const CHUNK: usize = 64 << 10;
+
+/// Every call into libfabric holds this process-wide lock. Each rail
+/// connection has its own fabric and domain (`FI_THREAD_DOMAIN`), which
+/// by the specification needs no lock across domains; but libfabric 1.17
+/// crashed here (SIGSEGV inside the library) when threads used different
+/// domains at once: closing an `ofi:tcp` endpoint while others ran, and
+/// two `ofi:shm` ranks in one process. Serializing the calls (each is
+/// short and non-blocking) avoids that at the price of parallelism
+/// between `ofi` rails of one process.
+static LIBFABRIC: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub(crate) fn lock() -> std::sync::MutexGuard<'static, ()> {
+    LIBFABRIC.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A failed libfabric call: which one and its `-FI_E*` code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfiError {
+    pub call: &'static str,
+    pub code: i64,
+}
+
+impl fmt::Display for OfiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let errno = i32::try_from(self.code.unsigned_abs()).unwrap_or(i32::MAX);
+        // SAFETY: fi_strerror accepts any int and returns a pointer to a
+        // static NUL-terminated string.
+        let text = unsafe { CStr::from_ptr(sys::fi_strerror(errno)) };
+        write!(f, "{} failed: {} ({})", self.call, self.code, text.to_string_lossy())
+    }
+}
+
+impl std::error::Error for OfiError {}
+
+impl From<OfiError> for io::Error {
+    fn from(e: OfiError) -> io::Error {
+        io::Error::other(e.to_string())
+    }
+}
+
+/// `Ok(ret)` for zero or a positive count, else the error of `call`.
+pub(crate) fn check(call: &'static str, ret: impl Into<i64>) -> Result<i64, OfiError> {
+    let ret = ret.into();
+    if ret < 0 { Err(OfiError { call, code: ret }) } else { Ok(ret) }
+}
+
+/// `-FI_EAGAIN` as the data-transfer calls return it.
+pub(crate) const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
+
+/// A C string owned by Rust, or "" for null.
+pub(crate) fn c_string(ptr: *const c_char) -> String {
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: libfabric's names are NUL-terminated and live as long as the
+    // fi_info holding them, which the caller keeps alive.
+    unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}
+
+/// `strdup`: strings inside `fi_info` hints are freed by `fi_freeinfo`.
+pub(crate) fn malloc_string(s: &str) -> Result<*mut c_char, String> {
+    let s = CString::new(s).map_err(|_| format!("'{}' contains a NUL byte", s.escape_debug()))?;
+    // SAFETY: s is a valid C string; strdup copies it into malloc'd memory.
+    let copy = unsafe { libc::strdup(s.as_ptr()) };
+    if copy.is_null() { Err("out of memory".into()) } else { Ok(copy) }
+}
+
+/// One usable RDM provider and domain, as `multirail info` lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderInfo {
+    /// `fabric_attr->prov_name`, e.g. `tcp;ofi_rxm`.
+    pub provider: String,
+    /// `domain_attr->name`, e.g. `lo` or `mlx5_0`.
+    pub domain: String,
+    /// `fabric_attr->name`, e.g. `127.0.0.0/8`.
+    pub fabric: String,
+    /// The rail spec that selects it, e.g. `ofi:tcp:lo`.
+    pub spec: String,
+}
+
+/// Every provider/domain pair offering `FI_EP_RDM` with `FI_MSG` here
+/// (what the `ofi` rail can use), in libfabric's order, without repeats.
+pub fn list_providers() -> Result<Vec<ProviderInfo>, String> {
+    let info = endpoint::getinfo(&endpoint::Hints::any())
+        .map_err(|e| if e.code == -(sys::FI_ENODATA as i64) { String::new() } else { e.to_string() });
+    let info = match info {
+        Ok(info) => info,
+        Err(e) if e.is_empty() => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out: Vec<ProviderInfo> = Vec::new();
+    for entry in info.iter() {
+        // SAFETY: entries of a list returned by fi_getinfo always have
+        // their fabric and domain attributes allocated.
+        let (provider, fabric, domain) = unsafe {
+            (
+                c_string((*entry.fabric_attr).prov_name),
+                c_string((*entry.fabric_attr).name),
+                c_string((*entry.domain_attr).name),
+            )
+        };
+        let short = endpoint::short_name(&provider);
+        let spec = format!("ofi:{short}:{domain}");
+        let item = ProviderInfo { provider, domain, fabric, spec };
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tcp_provider_is_listed_with_its_spec() {
+        let list = list_providers().expect("fi_getinfo");
+        let tcp = list.iter().find(|p| p.provider == "tcp;ofi_rxm").expect("tcp;ofi_rxm is in every 1.x build");
+        assert!(tcp.spec.starts_with("ofi:tcp:"), "{tcp:?}");
+        assert!(!tcp.domain.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_call_and_the_code() {
+        let e = check("fi_send", -(sys::FI_EAGAIN as i64)).unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("fi_send failed: -11 ("), "{text}");
+        assert_eq!(check("fi_recv", 3), Ok(3));
+    }
+}

@@ -1,0 +1,713 @@
+//! [`OfiStream`]: a non-blocking, ordered byte stream over one RDM
+//! endpoint talking to one peer, the [`ByteStream`] under an `ofi` rail.
+//!
+//! Writes are copied into one of [`SLOTS`] send buffers of [`CHUNK`]
+//! bytes and posted with `fi_send`; a slot is free again once its send
+//! completes. [`SLOTS`] receive buffers of [`CHUNK`] bytes are posted
+//! ahead. With `FI_ORDER_SAS` the k-th message matches the k-th posted
+//! receive, so reads take bytes from the receive slots in posting order
+//! (whatever order their completions come in) and re-post each slot once
+//! it is read out. Both pools are registered once, when the provider asks
+//! (`FI_MR_LOCAL`): the rail never registers anything on the data path,
+//! so it needs no registration cache.
+//!
+//! Order of calls in an event loop, as for the shared-memory stream:
+//! 1. `write_vectored` / `read` until `WouldBlock`;
+//! 2. `arm()`; if `true`, go back to 1 (completions are waiting, or a
+//!    send still has to be posted);
+//! 3. wait for [`ByteStream::raw_fd`] to be readable, then go to 1.
+//!
+//! `raw_fd` is an epoll fd holding the CQ's wait fd (if the provider gives
+//! one) and the side channel: it becomes readable on a completion or when
+//! the peer's process is gone. `arm` calls `fi_trywait` before a sleep, as
+//! libfabric requires. A provider without a wait fd is polled: `arm` says
+//! "do not sleep" for [`SPIN_ARMS`] sleeps in a row, then lets the engine
+//! sleep until its next timer, and its `deadline` brings an engine that
+//! does not spin (the threaded one) back every [`POLL_EVERY`] (rounded up
+//! to the event loop's millisecond).
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use multirail_ofi_sys as sys;
+use rustix::event::epoll;
+
+use super::endpoint::OfiEndpoint;
+use super::{CHUNK, EAGAIN, OfiError, c_string, check};
+use crate::spec::OfiTarget as Selector;
+use crate::tcp::ByteStream;
+
+/// Send buffers and receive buffers, each of [`CHUNK`] bytes.
+pub const SLOTS: usize = 16;
+/// Completion entries read per `fi_cq_read`.
+const CQ_BATCH: usize = 16;
+/// Empty reads between two looks at the side channel.
+const SIDE_EVERY: u32 = 256;
+/// Without a CQ wait fd: sleeps refused in a row before one is allowed.
+pub const SPIN_ARMS: u32 = 1 << 10;
+/// Without a CQ wait fd: how soon an engine that does not spin comes back.
+const POLL_EVERY: Duration = Duration::from_micros(50);
+/// Setup message: magic, then provider name and address, each with a
+/// length in front.
+const MAGIC: &[u8; 4] = b"MROF";
+/// Longest address accepted from the peer.
+const MAX_ADDR: usize = 1024;
+/// Sent by each side once its receives are posted.
+const READY: u8 = b'R';
+
+/// A heap region libfabric reads or writes by pointer while we hold it:
+/// allocated once, never moved, reached only through raw pointers.
+struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Region {
+    fn new(len: usize) -> Region {
+        let ptr = Box::into_raw(vec![0u8; len].into_boxed_slice()).cast::<u8>();
+        Region { ptr, len }
+    }
+
+    fn slot(&self, i: usize) -> *mut u8 {
+        debug_assert!((i + 1) * CHUNK <= self.len);
+        // SAFETY: i < SLOTS, so the offset is inside the allocation.
+        unsafe { self.ptr.add(i * CHUNK) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len came from Box::into_raw of a boxed slice of len
+        // bytes and are freed once; the endpoint (and its registrations)
+        // is dropped first, so libfabric no longer touches it.
+        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecvState {
+    Posted,
+    Done(usize),
+    /// Read out, waiting to be posted again.
+    Free,
+}
+
+/// One end of a byte stream over an RDM endpoint. See the module docs.
+pub struct OfiStream {
+    // Dropped first: closing the endpoint ends its operations and closes
+    // the registrations before the buffers below are freed.
+    ep: OfiEndpoint,
+    peer: sys::fi_addr_t,
+    side: TcpStream,
+    poller: OwnedFd,
+    recv_buf: Region,
+    recv_desc: *mut c_void,
+    recv_ctx: Box<[sys::fi_context2]>,
+    recv: [RecvState; SLOTS],
+    /// The slot to read from next, and bytes of it already read.
+    recv_head: usize,
+    recv_pos: usize,
+    /// Slots read out, to post again in this order.
+    repost: VecDeque<usize>,
+    send_buf: Region,
+    send_desc: *mut c_void,
+    send_ctx: Box<[sys::fi_context2]>,
+    send_len: [usize; SLOTS],
+    send_done: [bool; SLOTS],
+    /// Monotonic counts: sends completed <= posted <= filled.
+    completed: u64,
+    posted: u64,
+    filled: u64,
+    peer_gone: bool,
+    empty_reads: u32,
+    empty_arms: u32,
+    /// The event loop arms us before it sleeps ([`ByteStream::arm`]);
+    /// until it does, empty reads prepare the sleep themselves.
+    engine_arms: bool,
+    /// A completion error, reported by the next read or write.
+    failed: Option<String>,
+    shut: bool,
+}
+
+// SAFETY: the raw pointers are the endpoint's registrations and buffers,
+// owned by this value and used only through `&mut self`; see OfiEndpoint.
+unsafe impl Send for OfiStream {}
+
+fn context() -> sys::fi_context2 {
+    sys::fi_context2 { internal: [ptr::null_mut(); 8] }
+}
+
+impl OfiStream {
+    /// Sets up the stream over the authenticated side channel `side`
+    /// (blocking; `timeout` bounds each wait for the peer): opens an
+    /// endpoint for `sel`, exchanges addresses, posts the receives, and
+    /// waits until the peer has posted its own. Afterwards `side` is only
+    /// watched for the peer's end.
+    pub fn over_side_channel(sel: &Selector, mut side: TcpStream, timeout: Duration) -> Result<OfiStream, String> {
+        side.set_nonblocking(false).map_err(|e| e.to_string())?;
+        side.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+        side.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+        let mut ep = OfiEndpoint::open(sel)?;
+        let provider = ep.provider();
+        let addr = ep.address().map_err(|e| e.to_string())?;
+        side.write_all(&setup_message(&provider, &addr)).map_err(|e| format!("sending our address: {e}"))?;
+        let (peer_provider, peer_addr) = read_setup_message(&mut side)?;
+        if peer_provider != provider {
+            return Err(format!(
+                "the peer opened libfabric provider '{peer_provider}' for this rail, we opened '{provider}' \
+                 (do both ranks have the same providers?)"
+            ));
+        }
+        let peer = ep.insert_peer(&peer_addr).map_err(|e| format!("the peer's address was refused: {e}"))?;
+        let mut stream = OfiStream::new(ep, peer, side).map_err(|e| e.to_string())?;
+        stream.side.write_all(&[READY]).map_err(|e| format!("side channel: {e}"))?;
+        let mut ready = [0u8; 1];
+        stream.side.read_exact(&mut ready).map_err(|e| format!("waiting for the peer's receives: {e}"))?;
+        if ready[0] != READY {
+            return Err("the peer sent something else than 'ready' on the side channel".into());
+        }
+        stream.side.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(stream)
+    }
+
+    fn new(ep: OfiEndpoint, peer: sys::fi_addr_t, side: TcpStream) -> Result<OfiStream, OfiError> {
+        let recv_buf = Region::new(SLOTS * CHUNK);
+        let send_buf = Region::new(SLOTS * CHUNK);
+        // Declared after the buffers, so that on an early return it is
+        // dropped (and its registrations closed) before they are freed.
+        let mut ep = ep;
+        // SAFETY: both regions are heap allocations that never move and
+        // are freed only after `ep` (declared first) has been dropped.
+        let (recv_desc, send_desc) = unsafe {
+            (
+                ep.register(std::slice::from_raw_parts_mut(recv_buf.ptr, recv_buf.len))?,
+                ep.register(std::slice::from_raw_parts_mut(send_buf.ptr, send_buf.len))?,
+            )
+        };
+        let poller = epoll::create(epoll::CreateFlags::CLOEXEC)
+            .map_err(|e| OfiError { call: "epoll_create", code: -i64::from(e.raw_os_error()) })?;
+        let add = |fd: std::os::fd::BorrowedFd<'_>| {
+            epoll::add(&poller, fd, epoll::EventData::new_u64(0), epoll::EventFlags::IN)
+                .map_err(|e| OfiError { call: "epoll_ctl", code: -i64::from(e.raw_os_error()) })
+        };
+        add(side.as_fd())?;
+        if let Some(fd) = ep.wait_fd() {
+            // SAFETY: the CQ's wait fd stays open as long as the CQ, which
+            // outlives the poller (both owned by self, poller never
+            // borrowed past it); it is only registered, never closed here.
+            add(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })?;
+        }
+        let mut this = OfiStream {
+            ep,
+            peer,
+            side,
+            poller,
+            recv_buf,
+            recv_desc,
+            recv_ctx: (0..SLOTS).map(|_| context()).collect(),
+            recv: [RecvState::Free; SLOTS],
+            recv_head: 0,
+            recv_pos: 0,
+            repost: (0..SLOTS).collect(),
+            send_buf,
+            send_desc,
+            send_ctx: (0..SLOTS).map(|_| context()).collect(),
+            send_len: [0; SLOTS],
+            send_done: [false; SLOTS],
+            completed: 0,
+            posted: 0,
+            filled: 0,
+            peer_gone: false,
+            empty_reads: 0,
+            empty_arms: 0,
+            engine_arms: false,
+            failed: None,
+            shut: false,
+        };
+        // Receives the provider cannot take yet (-FI_EAGAIN) are posted by
+        // the next read, in order.
+        this.post_receives_locked()?;
+        Ok(this)
+    }
+
+    /// The provider's name and whether receives are directed (match only
+    /// the peer's address).
+    pub fn describe(&self) -> String {
+        let directed = if self.ep.directed() { "directed receives" } else { "receives from any address" };
+        let wait = if self.ep.wait_fd().is_some() { "CQ wait fd" } else { "polled CQ" };
+        format!("{} domain {} ({directed}, {wait})", self.ep.provider(), self.ep.domain_name())
+    }
+
+    fn post_receives_locked(&mut self) -> Result<(), OfiError> {
+        let _libfabric = super::lock();
+        self.post_receives()
+    }
+
+    /// Posts the read-out receive slots again, in order; stops at
+    /// `-FI_EAGAIN` (retried on the next call).
+    fn post_receives(&mut self) -> Result<(), OfiError> {
+        let src = if self.ep.directed() { self.peer } else { sys::FI_ADDR_UNSPEC };
+        while let Some(&i) = self.repost.front() {
+            let ctx: *mut sys::fi_context2 = &mut self.recv_ctx[i];
+            // SAFETY: slot i is a CHUNK-byte part of the registered receive
+            // region, not in use (Free), and its context is owned by self;
+            // both stay in place until the completion or the endpoint's
+            // close.
+            let ret = unsafe {
+                sys::mr_ofi_recv(self.ep.ep(), self.recv_buf.slot(i).cast(), CHUNK, self.recv_desc, src, ctx.cast())
+            };
+            if ret == EAGAIN {
+                return Ok(());
+            }
+            check("fi_recv", ret as i64)?;
+            self.recv[i] = RecvState::Posted;
+            self.repost.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Posts filled send slots, in order; stops at `-FI_EAGAIN`.
+    fn post_sends(&mut self) -> Result<(), OfiError> {
+        while self.posted < self.filled {
+            let i = (self.posted % SLOTS as u64) as usize;
+            let ctx: *mut sys::fi_context2 = &mut self.send_ctx[i];
+            // SAFETY: slot i holds send_len[i] bytes and is not touched
+            // until its completion; context owned by self; peer is in the AV.
+            let ret = unsafe {
+                sys::mr_ofi_send(
+                    self.ep.ep(),
+                    self.send_buf.slot(i).cast(),
+                    self.send_len[i],
+                    self.send_desc,
+                    self.peer,
+                    ctx.cast(),
+                )
+            };
+            if ret == EAGAIN {
+                return Ok(());
+            }
+            check("fi_send", ret as i64)?;
+            self.send_done[i] = false;
+            self.posted += 1;
+        }
+        Ok(())
+    }
+
+    /// Reads the CQ and records what completed, then posts what waits.
+    /// Returns whether anything completed.
+    fn progress(&mut self) -> Result<bool, String> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let r = self.read_cq().and_then(|any| {
+            self.post_receives().map_err(|e| e.to_string())?;
+            self.post_sends().map_err(|e| e.to_string())?;
+            Ok(any)
+        });
+        if let Err(e) = &r {
+            self.failed = Some(e.clone());
+        }
+        r
+    }
+
+    fn read_cq(&mut self) -> Result<bool, String> {
+        let mut any = false;
+        loop {
+            let mut entries = [sys::fi_cq_msg_entry { op_context: ptr::null_mut(), flags: 0, len: 0 }; CQ_BATCH];
+            // SAFETY: entries has room for CQ_BATCH entries of the CQ's
+            // format (FI_CQ_FORMAT_MSG).
+            let ret = unsafe { sys::mr_ofi_cq_read(self.ep.cq(), entries.as_mut_ptr().cast(), CQ_BATCH) };
+            if ret == EAGAIN {
+                return Ok(any);
+            }
+            if ret == -(sys::FI_EAVAIL as isize) {
+                return Err(self.error_entry());
+            }
+            let n = check("fi_cq_read", ret as i64).map_err(|e| e.to_string())? as usize;
+            for e in &entries[..n] {
+                self.complete(e.op_context, e.len)?;
+            }
+            any |= n > 0;
+            if n < CQ_BATCH {
+                return Ok(any);
+            }
+        }
+    }
+
+    /// Which slot a completion's context belongs to.
+    fn complete(&mut self, ctx: *mut c_void, len: usize) -> Result<(), String> {
+        let at = |ctxs: &[sys::fi_context2]| ctxs.iter().position(|c| ptr::eq(c, ctx.cast()));
+        if let Some(i) = at(&self.recv_ctx) {
+            if len > CHUNK {
+                return Err(format!("a receive completed with {len} bytes in a {CHUNK}-byte buffer"));
+            }
+            self.recv[i] = RecvState::Done(len);
+        } else if let Some(i) = at(&self.send_ctx) {
+            self.send_done[i] = true;
+            while self.completed < self.posted && self.send_done[(self.completed % SLOTS as u64) as usize] {
+                self.completed += 1;
+            }
+        } else {
+            return Err("a completion for an operation this rail did not post".into());
+        }
+        Ok(())
+    }
+
+    /// The CQ's error entry as text (an error ends the stream).
+    fn error_entry(&mut self) -> String {
+        // SAFETY: zeroed is a valid entry (no error-data buffer asked).
+        let mut err: sys::fi_cq_err_entry = unsafe { std::mem::zeroed() };
+        // SAFETY: err is a valid entry to fill; flags 0.
+        let ret = unsafe { sys::mr_ofi_cq_readerr(self.ep.cq(), &mut err, 0) };
+        if ret < 0 {
+            return OfiError { call: "fi_cq_readerr", code: ret as i64 }.to_string();
+        }
+        let mut text = [0 as std::ffi::c_char; 256];
+        // SAFETY: text is writable for its length; the result lives in text
+        // or in the provider.
+        let detail = c_string(unsafe {
+            sys::mr_ofi_cq_strerror(self.ep.cq(), err.prov_errno, err.err_data, text.as_mut_ptr(), text.len())
+        });
+        let code = OfiError { call: "operation", code: -i64::from(err.err) };
+        format!("libfabric completion error: {code} (provider: {detail})")
+    }
+
+    /// Looks at the side channel: end of stream or an error means the
+    /// peer's process (or its host) is gone.
+    fn check_side(&mut self) {
+        let mut buf = [0u8; 64];
+        match Read::read(&mut self.side, &mut buf) {
+            Ok(0) => self.peer_gone = true,
+            Ok(_) => {} // Nothing is sent after READY; extra bytes are ignored.
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+            Err(_) => self.peer_gone = true,
+        }
+    }
+
+    /// Reads the CQ and copies completed receives, in posting order, into
+    /// `buf`; posts the read-out slots again.
+    fn deliver(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.progress().map_err(io::Error::other)?;
+        let mut n = 0;
+        while n < buf.len() {
+            let RecvState::Done(len) = self.recv[self.recv_head] else { break };
+            let take = (len - self.recv_pos).min(buf.len() - n);
+            // SAFETY: the slot's receive completed (Done), so libfabric no
+            // longer writes it; recv_pos + take <= len <= CHUNK.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    self.recv_buf.slot(self.recv_head).add(self.recv_pos),
+                    buf[n..].as_mut_ptr(),
+                    take,
+                );
+            }
+            n += take;
+            self.recv_pos += take;
+            if self.recv_pos == len {
+                self.recv[self.recv_head] = RecvState::Free;
+                self.repost.push_back(self.recv_head);
+                self.recv_head = (self.recv_head + 1) % SLOTS;
+                self.recv_pos = 0;
+            }
+        }
+        if !self.repost.is_empty() {
+            self.post_receives().map_err(io::Error::from)?;
+        }
+        Ok(n)
+    }
+
+    /// `fi_trywait` on the CQ: true when sleeping on its fd is safe.
+    fn try_wait(&mut self) -> bool {
+        let mut fids = [self.ep.cq().cast::<sys::fid>()];
+        // SAFETY: fids holds this endpoint's CQ, opened with a wait fd.
+        unsafe { sys::mr_ofi_trywait(self.ep.fabric(), fids.as_mut_ptr(), 1) == 0 }
+    }
+
+    fn has_recv_ready(&self) -> bool {
+        matches!(self.recv[self.recv_head], RecvState::Done(_))
+    }
+}
+
+fn setup_message(provider: &str, addr: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(4 + 1 + provider.len() + 2 + addr.len());
+    m.extend_from_slice(MAGIC);
+    m.push(provider.len().min(255) as u8);
+    m.extend_from_slice(&provider.as_bytes()[..provider.len().min(255)]);
+    m.extend_from_slice(&(addr.len() as u16).to_le_bytes());
+    m.extend_from_slice(addr);
+    m
+}
+
+/// Reads the peer's provider name and address, every length bounded.
+fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>), String> {
+    let err = |e: io::Error| format!("reading the peer's libfabric address: {e}");
+    let mut head = [0u8; 5];
+    side.read_exact(&mut head).map_err(err)?;
+    if &head[..4] != MAGIC {
+        return Err(
+            "the peer is not an ofi rail (is the same `ofi:` rail at the same place in both rail lists?)".into()
+        );
+    }
+    let mut name = vec![0u8; head[4] as usize];
+    side.read_exact(&mut name).map_err(err)?;
+    let mut len = [0u8; 2];
+    side.read_exact(&mut len).map_err(err)?;
+    let len = u16::from_le_bytes(len) as usize;
+    if len == 0 || len > MAX_ADDR {
+        return Err(format!("the peer sent a libfabric address of {len} bytes (1..={MAX_ADDR} allowed)"));
+    }
+    let mut addr = vec![0u8; len];
+    side.read_exact(&mut addr).map_err(err)?;
+    Ok((String::from_utf8_lossy(&name).into_owned(), addr))
+}
+
+impl ByteStream for OfiStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let _libfabric = super::lock();
+        let mut n = self.deliver(buf)?;
+        // An engine that never arms us sleeps on raw_fd after a read that
+        // finds nothing: make that sleep safe as fi_trywait requires, and
+        // read what it says is there (bounded: each round reads the CQ).
+        if n == 0 && !buf.is_empty() && !self.engine_arms && self.ep.wait_fd().is_some() {
+            for _ in 0..8 {
+                if self.try_wait() {
+                    break;
+                }
+                n = self.deliver(buf)?;
+                if n > 0 {
+                    break;
+                }
+            }
+        }
+        if n > 0 || buf.is_empty() {
+            self.empty_reads = 0;
+            return Ok(n);
+        }
+        self.empty_reads += 1;
+        if !self.engine_arms || self.empty_reads % SIDE_EVERY == 0 {
+            self.check_side();
+        }
+        if self.peer_gone || self.shut {
+            return Ok(0);
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let _libfabric = super::lock();
+        if self.shut {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        self.progress().map_err(io::Error::other)?;
+        let mut total = 0;
+        let mut parts = bufs.iter().map(|b| &b[..]).filter(|b| !b.is_empty()).peekable();
+        let mut part_pos = 0;
+        while self.filled - self.completed < SLOTS as u64 && parts.peek().is_some() {
+            let i = (self.filled % SLOTS as u64) as usize;
+            let mut len = 0;
+            while len < CHUNK {
+                let Some(part) = parts.peek() else { break };
+                let take = (part.len() - part_pos).min(CHUNK - len);
+                // SAFETY: slot i is free (its send completed, or never
+                // posted) and has CHUNK bytes; len + take <= CHUNK.
+                unsafe { ptr::copy_nonoverlapping(part[part_pos..].as_ptr(), self.send_buf.slot(i).add(len), take) };
+                len += take;
+                part_pos += take;
+                if part_pos == part.len() {
+                    parts.next();
+                    part_pos = 0;
+                }
+            }
+            self.send_len[i] = len;
+            self.filled += 1;
+            total += len;
+        }
+        self.post_sends().map_err(io::Error::from)?;
+        if total == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(total)
+    }
+
+    fn raw_fd(&self) -> RawFd {
+        self.poller.as_raw_fd()
+    }
+
+    fn shutdown(&mut self) {
+        self.shut = true;
+        let _ = self.side.shutdown(std::net::Shutdown::Both);
+    }
+
+    fn spin_poll(&self) -> bool {
+        true
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        // Without a wait fd nothing announces a completion: an engine that
+        // only services a rail on readiness or a deadline (the threaded
+        // one) must come back on its own.
+        self.ep.wait_fd().is_none().then(|| Instant::now() + POLL_EVERY)
+    }
+
+    fn arm(&mut self) -> bool {
+        let _libfabric = super::lock();
+        self.engine_arms = true;
+        match self.progress() {
+            Err(_) => return true, // the next read reports it
+            Ok(true) => return true,
+            Ok(false) => {}
+        }
+        if self.has_recv_ready() || self.posted < self.filled || !self.repost.is_empty() {
+            return true;
+        }
+        self.check_side();
+        if self.peer_gone {
+            return true;
+        }
+        if self.ep.wait_fd().is_none() {
+            self.empty_arms += 1;
+            if self.empty_arms < SPIN_ARMS {
+                return true;
+            }
+            self.empty_arms = 0;
+            return false;
+        }
+        !self.try_wait()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tcp::StreamRail;
+    use crate::tests_util::{CollectSink, pair_streams};
+    use crate::{Rail, RailCaps, RailError};
+    use bytes::Bytes;
+    use multirail_proto::wire::frame::Limits;
+    use multirail_proto::wire::{FrameHeader, Op};
+
+    fn tcp_loopback() -> Selector {
+        Selector { provider: "tcp".into(), node: Some("127.0.0.1".parse().unwrap()), domain: None }
+    }
+
+    fn pair(sel: &Selector) -> Option<(OfiStream, OfiStream)> {
+        let (a, b) = pair_streams();
+        let t = Duration::from_secs(20);
+        let sel2 = sel.clone();
+        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t));
+        let a = OfiStream::over_side_channel(sel, a, t);
+        let b = hb.join().unwrap();
+        match (a, b) {
+            (Ok(a), Ok(b)) => Some((a, b)),
+            (Err(e), _) | (_, Err(e)) if e.contains("offers no reliable-datagram") => {
+                eprintln!("skipped: {e}");
+                None
+            }
+            (a, b) => panic!("setup failed: {:?} / {:?}", a.err(), b.err()),
+        }
+    }
+
+    fn rail(s: OfiStream) -> StreamRail<OfiStream> {
+        let caps = RailCaps { name: "ofi".into(), bandwidth: 0, latency: Duration::ZERO, max_frame: 1 << 24 };
+        StreamRail::over(s, caps, Limits::default())
+    }
+
+    /// Frames of every size class (inside one chunk, across chunks, more
+    /// than all send slots hold) arrive whole and in order, both ways.
+    fn frames_cross_in_order(sel: Selector) {
+        let Some((a, b)) = pair(&sel) else { return };
+        eprintln!("{}", a.describe());
+        let (mut a, mut b) = (rail(a), rail(b));
+        let sizes = [0usize, 1, 8, 48, CHUNK - 48, CHUNK, CHUNK + 1, 3 << 20, 5, 100_000];
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut h = FrameHeader::new(Op::Eager);
+            h.seq = i as u64;
+            h.total_len = n as u64;
+            h.frag_len = n as u32;
+            a.send(&h, Bytes::from(multirail_proto::sim::pattern(i as u64, n).to_vec()));
+            b.send(&h, Bytes::from(multirail_proto::sim::pattern(i as u64 + 100, n).to_vec()));
+        }
+        let (mut sa, mut sb) = (CollectSink::default(), CollectSink::default());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sa.frames.len() < sizes.len() || sb.frames.len() < sizes.len() {
+            assert!(Instant::now() < deadline, "timed out: {} / {} frames", sa.frames.len(), sb.frames.len());
+            a.flush().unwrap();
+            b.flush().unwrap();
+            a.poll_recv(&mut sa).unwrap();
+            b.poll_recv(&mut sb).unwrap();
+        }
+        for (sink, base) in [(&sb, 0), (&sa, 100)] {
+            for (i, (h, p)) in sink.frames.iter().enumerate() {
+                assert_eq!(h.seq, i as u64);
+                assert_eq!(p[..], multirail_proto::sim::pattern(i as u64 + base, sizes[i])[..], "frame {i}");
+            }
+        }
+        assert_eq!(a.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn tcp_frames_cross_in_order() {
+        frames_cross_in_order(tcp_loopback());
+    }
+
+    #[test]
+    fn shm_frames_cross_in_order() {
+        frames_cross_in_order(Selector { provider: "shm".into(), node: None, domain: None });
+    }
+
+    #[test]
+    fn the_peer_going_away_closes_the_rail() {
+        let Some((a, b)) = pair(&tcp_loopback()) else { return };
+        let mut b = rail(b);
+        drop(a);
+        let mut sink = CollectSink::default();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let err = loop {
+            assert!(Instant::now() < deadline, "the peer's end was not noticed");
+            match b.poll_recv(&mut sink) {
+                Ok(_) => {
+                    b.arm();
+                }
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, RailError::Closed | RailError::Io(_)), "{err}");
+    }
+
+    #[test]
+    fn garbage_from_the_peer_is_a_wire_error() {
+        let Some((mut a, b)) = pair(&tcp_loopback()) else { return };
+        let mut b = rail(b);
+        assert_eq!(a.write_vectored(&[IoSlice::new(&[0xff; 48])]).unwrap(), 48);
+        let mut sink = CollectSink::default();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let err = loop {
+            assert!(Instant::now() < deadline, "garbage not refused");
+            a.arm();
+            if let Err(e) = b.poll_recv(&mut sink) {
+                break e;
+            }
+        };
+        assert!(matches!(err, RailError::Wire(_)), "{err}");
+        assert!(sink.frames.is_empty());
+    }
+
+    #[test]
+    fn a_peer_that_is_not_an_ofi_rail_is_refused() {
+        let (mut a, b) = pair_streams();
+        a.write_all(b"MRSH\x03abc").unwrap();
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5)).err().expect("refused");
+        assert!(e.contains("not an ofi rail"), "{e}");
+        let (mut a, b) = pair_streams();
+        let mut m = setup_message("tcp;ofi_rxm", &[1]);
+        m[4 + 1 + 11..4 + 1 + 11 + 2].copy_from_slice(&60_000u16.to_le_bytes());
+        a.write_all(&m).unwrap();
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5)).err().expect("refused");
+        assert!(e.contains("address of 60000 bytes"), "{e}");
+    }
+}
