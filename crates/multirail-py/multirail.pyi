@@ -4,7 +4,7 @@ Type stubs of the compiled module (docs/python.md has the guide).
 """
 
 from types import TracebackType
-from typing import List, Optional, Sequence, Type
+from typing import Any, Dict, List, Optional, Sequence, Type
 
 from typing_extensions import Buffer
 
@@ -55,8 +55,24 @@ class Status:
     @property
     def len(self) -> int: ...
 
+class Buffer:
+    """Memory of multirail's that receives fill in place (no copy).
+
+    Use it through numpy: a = np.asarray(multirail.Buffer(nbytes)) (uint8;
+    a.view(np.float64) for another type), then receive into a (or a view
+    of all of it)."""
+
+    def __init__(self, nbytes: int) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def __array_interface__(self) -> Dict[str, Any]: ...
+
 class Request:
     """A send or receive in progress (from Endpoint.isend / irecv)."""
+
+    @property
+    def in_place(self) -> bool:
+        """A receive that lands in a Buffer's memory without a copy."""
 
     def test(self) -> bool:
         """True once the request finished (then wait() returns at once)."""

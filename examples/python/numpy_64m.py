@@ -26,7 +26,8 @@ def main():
     with multirail.Endpoint.from_env() as ep:
         if ep.size != 2:
             raise SystemExit(f"needs 2 ranks, not {ep.size}: multirail run -n 2 -- python {__file__}")
-        got = np.zeros_like(expected)
+        # Memory of multirail's: the message lands in it without a copy.
+        got = np.asarray(multirail.Buffer(N)).view(np.uint32)
         for r in range(args.rounds):
             ep.barrier()
             t0 = time.perf_counter()

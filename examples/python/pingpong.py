@@ -6,7 +6,9 @@ Latency is OSU's: half the round trip of a ping-pong, in microseconds
 (average, and the median p50).
 Bandwidth is OSU's bw: rank 0 sends a window of messages with isend,
 rank 1 receives them with irecv and answers with 4 bytes, in MB/s (10^6
-bytes per second). Buffers are numpy arrays (bytearrays without numpy).
+bytes per second). Buffers are numpy arrays over multirail.Buffer memory,
+which receives fill in place (--plain: ordinary numpy arrays, which
+receives are copied into; bytearrays without numpy).
 Rank 0 prints one line per size: size, latency_us, p50_us,
 bandwidth_MBps (or JSON with --json).
 """
@@ -33,14 +35,19 @@ def parse_size(s):
     return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
 
 
-def buffer(n):
-    return np.zeros(n, dtype=np.uint8) if np is not None else bytearray(n)
+def buffer(n, plain):
+    """numpy arrays over multirail.Buffer memory (receives land in place),
+    plain numpy arrays with --plain (receives are copied into them), or
+    bytearrays without numpy."""
+    if np is None:
+        return bytearray(n)
+    return np.zeros(n, dtype=np.uint8) if plain else np.asarray(multirail.Buffer(n))
 
 
-def latency(ep, n, iters, warmup):
+def latency(ep, n, iters, warmup, plain):
     """Average and median of the half round trips, in microseconds."""
     peer = 1 - ep.rank
-    sbuf, rbuf = buffer(n), buffer(n)
+    sbuf, rbuf = buffer(n, plain), buffer(n, plain)
     halves = []
     clock = time.perf_counter
     ep.barrier()
@@ -57,9 +64,9 @@ def latency(ep, n, iters, warmup):
     return statistics.fmean(halves), statistics.median(halves)
 
 
-def bandwidth(ep, n, iters, warmup, window):
+def bandwidth(ep, n, iters, warmup, window, plain):
     peer = 1 - ep.rank
-    bufs = [buffer(n) for _ in range(window if ep.rank == 1 else 1)]
+    bufs = [buffer(n, plain) for _ in range(window if ep.rank == 1 else 1)]
     ack = bytearray(4)
     ep.barrier()
     for i in range(warmup + iters):
@@ -82,6 +89,7 @@ def main():
     ap.add_argument("--test", choices=["both", "latency", "bw"], default="both")
     ap.add_argument("-i", "--iterations", type=int, help="per size (default: OSU's, 10000/1000 latency, 100/20 bw)")
     ap.add_argument("-W", "--window", type=int, default=64, help="messages per bw window (default 64)")
+    ap.add_argument("--plain", action="store_true", help="plain numpy arrays (receives copied into them)")
     ap.add_argument("--json", action="store_true", help="one JSON object per size instead of the table")
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -95,10 +103,10 @@ def main():
             lat = p50 = bw = float("nan")
             if args.test in ("both", "latency"):
                 it = args.iterations or (10000 if n <= LARGE else 1000)
-                lat, p50 = latency(ep, n, it, max(it // 10, 1))
+                lat, p50 = latency(ep, n, it, max(it // 10, 1), args.plain)
             if args.test in ("both", "bw"):
                 it = args.iterations or (100 if n <= LARGE else 20)
-                bw = bandwidth(ep, n, it, max(it // 10, 1), args.window)
+                bw = bandwidth(ep, n, it, max(it // 10, 1), args.window, args.plain)
             if ep.rank != 0:
                 continue
             if args.json:

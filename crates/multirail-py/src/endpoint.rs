@@ -8,6 +8,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::buffer::{self, PyBuf};
+use crate::owned;
+use crate::request::IN_PLACE_FROM;
 use crate::request::{Op, PyRequest, Shared};
 use crate::{ANY_SOURCE, ANY_TAG, ConfigError, SetupError, ShutdownError, Status, to_py};
 
@@ -70,6 +72,15 @@ fn recv_tag(v: i64) -> PyResult<Option<u64>> {
     u64::try_from(v)
         .map(Some)
         .map_err(|_| PyValueError::new_err(format!("tag {v} is negative (tags are 0 to 2**63 - 1, or ANY_TAG)")))
+}
+
+/// Posts a receive into `buf` (in place if it is all of a
+/// `multirail.Buffer`; small ones are not looked at: copying them is cheap).
+fn start_recv(shared: &Arc<Shared>, buf: &Bound<'_, PyAny>, source: i64, tag: i64) -> PyResult<Op> {
+    let (source, tag) = (self::source(source)?, recv_tag(tag)?);
+    let pb = PyBuf::get(buf, true)?;
+    let owned = if pb.len() >= IN_PLACE_FROM { owned::owned_behind(buf, pb.ptr(), pb.len()) } else { None };
+    Op::recv(shared, pb, owned, source, tag).map_err(to_py)
 }
 
 /// Finishes `op` without the GIL.
@@ -151,8 +162,7 @@ impl PyEndpoint {
     /// Receives a message into the writable `buf`; returns its Status.
     #[pyo3(signature = (buf, source=ANY_SOURCE, tag=ANY_TAG))]
     fn recv(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, source: i64, tag: i64) -> PyResult<Status> {
-        let op =
-            Op::recv(&self.get()?, PyBuf::get(buf, true)?, self::source(source)?, recv_tag(tag)?).map_err(to_py)?;
+        let op = start_recv(&self.get()?, buf, source, tag)?;
         Ok(finish(py, op)?.expect("a receive has a status"))
     }
 
@@ -168,8 +178,7 @@ impl PyEndpoint {
     /// request is waited for.
     #[pyo3(signature = (buf, source=ANY_SOURCE, tag=ANY_TAG))]
     fn irecv(&self, buf: &Bound<'_, PyAny>, source: i64, tag: i64) -> PyResult<PyRequest> {
-        let op =
-            Op::recv(&self.get()?, PyBuf::get(buf, true)?, self::source(source)?, recv_tag(tag)?).map_err(to_py)?;
+        let op = start_recv(&self.get()?, buf, source, tag)?;
         Ok(PyRequest::new(op, false))
     }
 

@@ -7,6 +7,7 @@
 
 mod buffer;
 mod endpoint;
+mod owned;
 mod request;
 
 use pyo3::exceptions::PyException;
@@ -101,5 +102,6 @@ fn multirail_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Status>()?;
     m.add_class::<endpoint::PyEndpoint>()?;
     m.add_class::<request::PyRequest>()?;
+    m.add_class::<owned::PyOwnedBuffer>()?;
     Ok(())
 }

@@ -7,6 +7,7 @@ use multirail::{Bytes, BytesMut, Detached, Endpoint, Request};
 use pyo3::prelude::*;
 
 use crate::buffer::{self, PyBuf, Returned};
+use crate::owned::Owned;
 use crate::{Status, to_py};
 
 /// Sends of at least this many bytes lend the Python buffer to multirail
@@ -20,8 +21,10 @@ pub(crate) const LEND_FROM: usize = 256 << 10;
 /// 64 receives of 4 MiB (as `multirail bench bw` posts) reuses its
 /// buffers instead of faulting in fresh pages every time.
 const POOL_BYTES: usize = 256 << 20;
-/// Smaller receive buffers are simply allocated.
+/// Smaller receive buffers are simply allocated (and received into
+/// through a copy, even when they are a `multirail.Buffer`).
 const POOL_FROM: usize = 64 << 10;
+pub(crate) const IN_PLACE_FROM: usize = POOL_FROM;
 
 /// An endpoint and the receive buffers it reuses.
 pub(crate) struct Shared {
@@ -36,7 +39,7 @@ impl Shared {
 
     /// A buffer of `len` bytes for multirail to receive into: a reused one
     /// if one is big enough (no fresh pages to fault in), else a new one.
-    fn scratch(&self, len: usize) -> BytesMut {
+    pub(crate) fn scratch(&self, len: usize) -> BytesMut {
         if len < POOL_FROM {
             return BytesMut::zeroed(len);
         }
@@ -84,8 +87,9 @@ impl Drop for Lent {
 enum Kind {
     /// A copied send (`None`) or a lent buffer.
     Send(Option<Lent>),
-    /// The caller's buffer the message is copied into.
-    Recv(PyBuf),
+    /// The caller's buffer, and the `multirail.Buffer` memory behind it
+    /// that the message lands in, if any (else it is copied there).
+    Recv(PyBuf, Option<Arc<Owned>>),
 }
 
 /// A started send or receive: everything needed to finish it.
@@ -111,11 +115,27 @@ impl Op {
         Ok(Op { shared: shared.clone(), req, kind: Kind::Send(lent) })
     }
 
-    /// Posts a receive whose message goes to `buf`.
-    pub fn recv(shared: &Arc<Shared>, buf: PyBuf, src: Option<u32>, tag: Option<u64>) -> Result<Op, multirail::Error> {
-        let scratch = shared.scratch(buf.len());
-        let req = Request::from(shared.ep.irecv(src, tag, scratch)?).detach();
-        Ok(Op { shared: shared.clone(), req, kind: Kind::Recv(buf) })
+    /// Posts a receive whose message goes to `buf`: in place if `owned`
+    /// (the `multirail.Buffer` behind `buf`) is not in use by another
+    /// receive, else through a buffer of multirail's.
+    pub fn recv(
+        shared: &Arc<Shared>,
+        buf: PyBuf,
+        owned: Option<Arc<Owned>>,
+        src: Option<u32>,
+        tag: Option<u64>,
+    ) -> Result<Op, multirail::Error> {
+        let ep = &shared.ep;
+        if let Some(s) = src.filter(|&s| s >= ep.size() || s == ep.rank()) {
+            // Refused before the memory is lent (a refused irecv keeps it).
+            return Err(multirail::Error::NoSuchPeer(s));
+        }
+        let (into, owned) = match owned.and_then(|o| o.lend().map(|h| (h, o))) {
+            Some((head, o)) => (head, Some(o)),
+            None => (shared.scratch(buf.len()), None),
+        };
+        let req = Request::from(ep.irecv(src, tag, into)?).detach();
+        Ok(Op { shared: shared.clone(), req, kind: Kind::Recv(buf, owned) })
     }
 
     /// True once the request finished (`finish` then returns at once).
@@ -152,19 +172,23 @@ impl Op {
                 }
                 (res.map(|()| None), Leftover(Kind::Send(lent)))
             }
-            (Request::Recv(r), Kind::Recv(mut dst)) => {
+            (Request::Recv(r), Kind::Recv(mut dst, owned)) => {
                 let res = match r.wait_with_buffer(None) {
                     Ok((got, res)) => {
                         // A truncated message delivers no bytes at all.
-                        if let Ok(st) = &res {
-                            dst.write(&got[..st.len as usize]);
+                        let n = res.as_ref().map_or(0, |st| st.len as usize);
+                        match &owned {
+                            Some(o) => o.give_back(got, n),
+                            None => {
+                                dst.write(&got[..n]);
+                                shared.give_back(got);
+                            }
                         }
-                        shared.give_back(got);
                         res.map(|st| Some(st.into()))
                     }
                     Err(e) => Err(e),
                 };
-                (res, Leftover(Kind::Recv(dst)))
+                (res, Leftover(Kind::Recv(dst, owned)))
             }
             _ => unreachable!("a request keeps its kind"),
         }
@@ -179,11 +203,15 @@ pub struct PyRequest {
     /// How it finished, for a second `wait`.
     outcome: Mutex<Option<PyResult<Option<Status>>>>,
     is_send: bool,
+    /// A receive that lands in place (in a `multirail.Buffer`'s memory).
+    #[pyo3(get)]
+    in_place: bool,
 }
 
 impl PyRequest {
     pub(crate) fn new(op: Op, is_send: bool) -> PyRequest {
-        PyRequest { op: Mutex::new(Some(op)), outcome: Mutex::new(None), is_send }
+        let in_place = matches!(op.kind, Kind::Recv(_, Some(_)));
+        PyRequest { op: Mutex::new(Some(op)), outcome: Mutex::new(None), is_send, in_place }
     }
 
     /// Waits (without the GIL) and returns the outcome (again, for a

@@ -100,3 +100,41 @@ def recv_into_a_strided_view(ep):
 def test_a_non_contiguous_array_is_refused(pair):
     _, got = pair(recv_into_a_strided_view)
     assert "contiguous" in got
+
+
+def in_place(ep, n):
+    """Receives into all of a multirail.Buffer land in place; a second
+    receive into the same memory while the first is pending, a part of it,
+    or a bytearray, are copied."""
+    if ep.rank == 0:
+        ep.recv(bytearray(1), 1, tag=1)
+        for i in range(3):
+            ep.send(pattern(n) + i, 1, tag=10 + i)
+        ep.send(pattern(n // 2), 1, tag=13)
+        ep.send(pattern(n), 1, tag=14)
+        return None
+    buf = multirail.Buffer(n)
+    a = np.asarray(buf)
+    f = a.view(np.float64)
+    other = bytearray(n)
+    reqs = [ep.irecv(a, 0, 10), ep.irecv(f, 0, 11), ep.irecv(other, 0, 12)]
+    flags = [r.in_place for r in reqs]
+    ep.send(b"g", 0, tag=1)
+    ok = []
+    for i, (r, view) in enumerate(zip(reqs, [a, f, other])):
+        r.wait()
+        ok.append(as_bytes(view) == (pattern(n) + i).tobytes())
+    part = ep.irecv(a[: n // 2], 0, 13)
+    part.wait()
+    ok.append(as_bytes(a[: n // 2]) == pattern(n // 2).tobytes())
+    # In place again once its receive finished.
+    again = ep.irecv(a, 0, 14)
+    again.wait()
+    ok.append(as_bytes(a) == pattern(n).tobytes())
+    return (len(buf), flags + [part.in_place, again.in_place], ok)
+
+
+def test_a_multirail_buffer_is_received_into_in_place(pair):
+    n = 1 << 20
+    _, got = pair(in_place, n)
+    assert got == (n, [True, False, False, False, True], [True] * 5)
