@@ -9,8 +9,7 @@ use pyo3::prelude::*;
 
 use crate::buffer::{self, PyBuf};
 use crate::owned;
-use crate::request::IN_PLACE_FROM;
-use crate::request::{Op, PyRequest, Shared};
+use crate::request::{IN_PLACE_FROM, Op, PyRequest, Shared};
 use crate::{ANY_SOURCE, ANY_TAG, ConfigError, SetupError, ShutdownError, Status, to_py};
 
 /// One process's endpoint of a job: `Endpoint.from_env()` under
@@ -52,13 +51,17 @@ fn dest(v: i64) -> PyResult<u32> {
     u32::try_from(v).map_err(|_| PyValueError::new_err(format!("dest {v} is not a rank (0 or more)")))
 }
 
-fn source(v: i64) -> PyResult<Option<u32>> {
-    if v == ANY_SOURCE {
+/// A receive's `source` or `tag`: `any` (ANY_SOURCE, ANY_TAG) matches
+/// any; else a value of `T`, or a ValueError that says why not.
+fn matching<T: TryFrom<i64>>(v: i64, any: i64, why_not: impl FnOnce() -> String) -> PyResult<Option<T>> {
+    if v == any {
         return Ok(None);
     }
-    u32::try_from(v)
-        .map(Some)
-        .map_err(|_| PyValueError::new_err(format!("source {v} is not a rank (0 or more) nor ANY_SOURCE")))
+    T::try_from(v).map(Some).map_err(|_| PyValueError::new_err(why_not()))
+}
+
+fn source(v: i64) -> PyResult<Option<u32>> {
+    matching(v, ANY_SOURCE, || format!("source {v} is not a rank (0 or more) nor ANY_SOURCE"))
 }
 
 fn send_tag(v: i64) -> PyResult<u64> {
@@ -66,12 +69,7 @@ fn send_tag(v: i64) -> PyResult<u64> {
 }
 
 fn recv_tag(v: i64) -> PyResult<Option<u64>> {
-    if v == ANY_TAG {
-        return Ok(None);
-    }
-    u64::try_from(v)
-        .map(Some)
-        .map_err(|_| PyValueError::new_err(format!("tag {v} is negative (tags are 0 to 2**63 - 1, or ANY_TAG)")))
+    matching(v, ANY_TAG, || format!("tag {v} is negative (tags are 0 to 2**63 - 1, or ANY_TAG)"))
 }
 
 /// Posts a receive into `buf` (in place if it is all of a

@@ -23,8 +23,8 @@ create_exception!(
     multirail,
     TruncatedError,
     Error,
-    "The message was longer than the buffer: the buffer has what fitted; `source`, `tag`, `length` (the \
-     message's full length) and `buffer_len` tell the rest."
+    "The message was longer than the buffer; nothing was written to the buffer. `source`, `tag`, `length` \
+     (the message's full length) and `buffer_len` say what came."
 );
 create_exception!(multirail, NoSuchPeerError, Error, "No such rank (or this rank itself).");
 create_exception!(multirail, ShutdownError, Error, "The endpoint is closed.");

@@ -39,7 +39,7 @@ impl Shared {
 
     /// A buffer of `len` bytes for multirail to receive into: a reused one
     /// if one is big enough (no fresh pages to fault in), else a new one.
-    pub(crate) fn scratch(&self, len: usize) -> BytesMut {
+    fn scratch(&self, len: usize) -> BytesMut {
         if len < POOL_FROM {
             return BytesMut::zeroed(len);
         }
