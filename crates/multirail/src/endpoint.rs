@@ -664,6 +664,53 @@ impl<'a> From<RecvRequest<'a>> for Request<'a> {
     }
 }
 
+impl Request<'_> {
+    /// Lets go of the borrow of the endpoint, for bindings (C, Python)
+    /// that hold the endpoint and its requests as separate handles. The
+    /// request keeps running; [`Endpoint::attach`] turns it back into a
+    /// [`Request`] to test or wait on. A detached request never attached
+    /// again leaves its completion with the endpoint until it closes.
+    pub fn detach(self) -> Detached {
+        let (ep, id, send) = match self {
+            Request::Send(r) => (r.ep, r.id, true),
+            Request::Recv(r) => (r.ep, r.id, false),
+        };
+        Detached { owner: Arc::as_ptr(&ep.shared) as usize, id, send }
+    }
+}
+
+/// A request without its endpoint borrow (see [`Request::detach`]).
+#[derive(Debug)]
+#[must_use = "a request does nothing unless attached and waited for or tested"]
+pub struct Detached {
+    /// Which endpoint it belongs to (its shared state's address).
+    owner: usize,
+    id: ReqId,
+    send: bool,
+}
+
+impl Detached {
+    /// A send (rather than a receive).
+    pub fn is_send(&self) -> bool {
+        self.send
+    }
+}
+
+impl Endpoint {
+    /// The request `d` detached from this endpoint, back in hand. A
+    /// request of another endpoint is refused.
+    pub fn attach(&self, d: Detached) -> Result<Request<'_>, Error> {
+        if d.owner != Arc::as_ptr(&self.shared) as usize {
+            return Err(Error::Config("the request belongs to another endpoint".into()));
+        }
+        Ok(if d.send {
+            Request::Send(SendRequest { ep: self, id: d.id })
+        } else {
+            Request::Recv(RecvRequest { ep: self, id: d.id })
+        })
+    }
+}
+
 /// A finished request from [`Endpoint::wait_all`].
 #[derive(Debug)]
 pub enum Finished {

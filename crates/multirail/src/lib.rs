@@ -43,7 +43,7 @@ mod shm_setup;
 
 pub use bytes::{Bytes, BytesMut};
 pub use config::{Config, DEFAULT_RAILS, DEFAULT_SPIN_US, EAGER_ABOVE_UNEXPECTED, Progress, parse_job, parse_switch};
-pub use endpoint::{Builder, Endpoint, Finished, RESERVED_TAGS, RecvRequest, Request, SendRequest};
+pub use endpoint::{Builder, Detached, Endpoint, Finished, RESERVED_TAGS, RecvRequest, Request, SendRequest};
 pub use error::Error;
 pub use hosts::ShmMode;
 pub use launch::JobInfo;

@@ -363,3 +363,35 @@ fn simultaneous_first_sends_settle_on_one_connection_per_rail() {
         }
     }
 }
+
+/// Detached requests (for the C and Python bindings) complete like the
+/// others once attached again, and an endpoint refuses another's request.
+#[test]
+fn detached_requests_complete_after_attach() {
+    let out = job(
+        2,
+        |_| Endpoint::builder().rails(&rails(2)).key("k"),
+        |ep| {
+            let peer = 1 - ep.rank();
+            let s = Request::from(ep.isend(peer, 5, pattern(1, 300_000)).unwrap()).detach();
+            let r = Request::from(ep.irecv(Some(peer), Some(5), BytesMut::zeroed(300_000)).unwrap()).detach();
+            assert!(s.is_send() && !r.is_send());
+            let got = ep.wait_all([ep.attach(s).unwrap(), ep.attach(r).unwrap()]);
+            let Some(Ok(Finished::Received(buf, st))) = got.into_iter().nth(1) else { panic!("no receive") };
+            assert_eq!(st.len, 300_000);
+            assert!(buf[..] == pattern(1, 300_000)[..]);
+            let d = Request::from(ep.irecv(Some(peer), Some(6), BytesMut::new()).unwrap()).detach();
+            ep.send(peer, 6, b"").unwrap();
+            (ep, d)
+        },
+    );
+    // Rank 0's request handed to rank 1's endpoint: refused.
+    let mut out = out.into_iter();
+    let (ep0, d0) = out.next().unwrap();
+    let (ep1, d1) = out.next().unwrap();
+    let err = ep1.attach(d0).err().expect("another endpoint's request");
+    assert!(err.to_string().contains("another endpoint"), "{err}");
+    let Request::Recv(r) = ep1.attach(d1).unwrap() else { panic!("a receive") };
+    r.wait().unwrap();
+    drop((ep0, ep1));
+}
