@@ -49,7 +49,7 @@ typedef enum mr_err {
   MR_ERR_PEER_CLOSED = 5,
   /*
    The message was longer than the buffer: the status has its full
-   length, the buffer what fitted.
+   length; nothing was written to the buffer.
    */
   MR_ERR_TRUNCATED = 6,
   /*
@@ -181,8 +181,8 @@ enum mr_err mr_send(const struct mr_endpoint *ep,
  Receives a message from `src` (or `MR_ANY_SOURCE`) with `tag` (or
  `MR_ANY_TAG`) into `buf` of `cap` bytes; `st` (may be NULL) gets who
  sent it, its tag and its length. A longer message gives
- `MR_ERR_TRUNCATED`, its first `cap` bytes in `buf` and its full length
- in `st->len`.
+ `MR_ERR_TRUNCATED`, nothing written to `buf`, and its full length in
+ `st->len` (the message is consumed).
 
  # Safety
  `ep` is NULL or an endpoint; `buf` has `cap` writable bytes; `st` is

@@ -37,7 +37,7 @@ pub enum mr_err {
     /// The peer closed its endpoint.
     MR_ERR_PEER_CLOSED = 5,
     /// The message was longer than the buffer: the status has its full
-    /// length, the buffer what fitted.
+    /// length; nothing was written to the buffer.
     MR_ERR_TRUNCATED = 6,
     /// No such rank (or this rank itself).
     MR_ERR_NO_SUCH_PEER = 7,
@@ -342,8 +342,8 @@ pub unsafe extern "C" fn mr_send(ep: *const mr_endpoint, peer: u32, tag: u64, bu
 /// Receives a message from `src` (or `MR_ANY_SOURCE`) with `tag` (or
 /// `MR_ANY_TAG`) into `buf` of `cap` bytes; `st` (may be NULL) gets who
 /// sent it, its tag and its length. A longer message gives
-/// `MR_ERR_TRUNCATED`, its first `cap` bytes in `buf` and its full length
-/// in `st->len`.
+/// `MR_ERR_TRUNCATED`, nothing written to `buf`, and its full length in
+/// `st->len` (the message is consumed).
 ///
 /// # Safety
 /// `ep` is NULL or an endpoint; `buf` has `cap` writable bytes; `st` is
@@ -466,10 +466,12 @@ fn finish(req: *mut mr_request, st: *mut mr_status) -> Result<(), Fail> {
             let (buf, res) = v.wait_with_buffer(None)?;
             let (stat, res) = match res {
                 Ok(s) => (s, Ok(())),
+                // The core delivers nothing of a message too long for its
+                // buffer: nothing is copied.
                 Err(Error::Truncated { status, buf_len }) => (status, Err(Error::Truncated { status, buf_len })),
                 Err(e) => return Err(e.into()),
             };
-            let n = (stat.len as usize).min(r.cap).min(buf.len());
+            let n = if res.is_ok() { (stat.len as usize).min(r.cap).min(buf.len()) } else { 0 };
             if n > 0 {
                 // SAFETY: `dst` has `cap` writable bytes (mr_irecv's contract).
                 unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), r.dst, n) };

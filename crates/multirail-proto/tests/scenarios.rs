@@ -550,3 +550,28 @@ fn small_messages_meeting_their_receive_take_the_fast_path() {
     assert!(matches!(sim.take(1, r), Some(Done::Recv(Err(RecvError::Truncated { buf_len: 4, .. }), _))));
     assert_eq!(sim.nodes[1].fast_received(), 0);
 }
+
+#[test]
+fn a_wildcard_tag_never_matches_a_reserved_tag() {
+    // A library message (tag at or above RESERVED_TAGS, like the barrier's)
+    // arrives first, then an application message: a receive with any tag
+    // takes the application's, before and after they arrive; only a
+    // receive naming the reserved tag takes the library's.
+    let reserved = multirail_proto::core::RESERVED_TAGS + 5;
+    for post_first in [true, false] {
+        let mut sim = Sim::new(2, &rails4()[..1], cfg("*:single"));
+        let any = post_first.then(|| sim.irecv(1, None, None, 64));
+        let s1 = sim.isend(0, 1, reserved, pattern(1, 16));
+        let s2 = sim.isend(0, 1, 7, pattern(2, 32));
+        sim.run_for(Duration::from_millis(10));
+        let any = any.unwrap_or_else(|| sim.irecv(1, None, None, 64));
+        let lib = sim.irecv(1, Some(0), Some(reserved), 64);
+        assert!(sim.run_until(Duration::from_secs(1), |sim| [s1, s2].iter().all(|r| sim.is_done(0, *r))
+            && sim.is_done(1, any)
+            && sim.is_done(1, lib)));
+        let Some(Done::Recv(Ok(st), buf)) = sim.take(1, any) else { panic!("the wildcard receive") };
+        assert_eq!((st.tag, &buf[..st.len as usize]), (7, &pattern(2, 32)[..]), "posted first: {post_first}");
+        let Some(Done::Recv(Ok(st), buf)) = sim.take(1, lib) else { panic!("the reserved receive") };
+        assert_eq!((st.tag, &buf[..st.len as usize]), (reserved, &pattern(1, 16)[..]));
+    }
+}

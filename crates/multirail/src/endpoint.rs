@@ -15,8 +15,9 @@ use crate::launch::{JobInfo, resolve};
 use crate::shared::{Completion, Shared, Slot};
 use crate::{Config, Error, Progress};
 
-/// Tags at or above this value are reserved for multirail itself.
-pub const RESERVED_TAGS: u64 = 1 << 63;
+/// Tags at or above this value are reserved for multirail itself; a
+/// receive with any tag does not match them.
+pub const RESERVED_TAGS: u64 = multirail_proto::core::RESERVED_TAGS;
 const BARRIER_TAG: u64 = u64::MAX - 1;
 
 /// How long closing waits for every sent message to be acknowledged.

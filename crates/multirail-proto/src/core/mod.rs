@@ -344,6 +344,11 @@ pub enum Event {
     },
 }
 
+/// Tags at or above this value are the library's own (a barrier, a
+/// group's control traffic): a receive with any tag (`None`) never
+/// matches them, so an application's wildcard receive cannot take them.
+pub const RESERVED_TAGS: u64 = 1 << 63;
+
 /// A receive posted and not yet matched.
 #[derive(Debug)]
 pub(crate) struct Posted {
@@ -355,7 +360,7 @@ pub(crate) struct Posted {
 
 impl Posted {
     fn matches(&self, peer: PeerId, tag: u64) -> bool {
-        self.src.is_none_or(|s| s == peer) && self.tag.is_none_or(|t| t == tag)
+        self.src.is_none_or(|s| s == peer) && self.tag.map_or(tag < RESERVED_TAGS, |t| t == tag)
     }
 }
 
@@ -816,7 +821,7 @@ impl Core {
     }
 
     /// Posts a receive into `buf` for a message from `src` (any if `None`)
-    /// with `tag` (any if `None`). The buffer comes back in the
+    /// with `tag` (any below [`RESERVED_TAGS`] if `None`). The buffer comes back in the
     /// [`Event::RecvDone`] event.
     pub fn irecv(&mut self, src: Option<PeerId>, tag: Option<u64>, buf: BytesMut, now: Time) -> ReqId {
         let req = self.new_req();
