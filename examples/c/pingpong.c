@@ -83,7 +83,7 @@ static double latency(struct mr_endpoint *ep, uint32_t rank, unsigned char *buf,
     return (now() - start) * 1e6 / (2.0 * iters);
 }
 
-static double bandwidth(struct mr_endpoint *ep, uint32_t rank, unsigned char *buf, size_t size, int iters)
+static double bandwidth(struct mr_endpoint *ep, uint32_t rank, unsigned char **bufs, size_t size, int iters)
 {
     uint32_t peer = 1 - rank;
     struct mr_request *reqs[WINDOW];
@@ -95,12 +95,12 @@ static double bandwidth(struct mr_endpoint *ep, uint32_t rank, unsigned char *bu
             start = now();
         if (rank == 0) {
             for (int w = 0; w < WINDOW; w++)
-                CHECK(mr_isend(ep, peer, 2, buf, size, &reqs[w]));
+                CHECK(mr_isend(ep, peer, 2, bufs[0], size, &reqs[w]));
             CHECK(mr_wait_all(reqs, WINDOW, NULL));
             CHECK(mr_recv(ep, peer, 3, &ack, 1, NULL));
         } else {
             for (int w = 0; w < WINDOW; w++)
-                CHECK(mr_irecv(ep, peer, 2, buf, size, &reqs[w]));
+                CHECK(mr_irecv(ep, peer, 2, bufs[w], size, &reqs[w]));
             CHECK(mr_wait_all(reqs, WINDOW, NULL));
             CHECK(mr_send(ep, peer, 3, &ack, 1));
         }
@@ -126,22 +126,26 @@ int main(int argc, char **argv)
         printf("# multirail C pingpong: latency in microseconds (one way), bandwidth in MB/s\n");
     for (const char *s = sizes; s && *s; s = strchr(s, ',') ? strchr(s, ',') + 1 : NULL) {
         size_t n = parse_size(s);
-        unsigned char *buf = calloc(n ? n : 1, 1);
-        if (!buf) {
-            fprintf(stderr, "pingpong: cannot allocate %zu bytes\n", n);
-            return 1;
-        }
+        /* Memory from mr_alloc: receives land in it in place (no copy);
+           sends of 64 KiB or more are sent without a copy from any memory.
+           One buffer per receive of a window, as every receive in flight
+           needs its own for the message to land in place. */
+        unsigned char *bufs[WINDOW];
+        for (int w = 0; w < WINDOW; w++)
+            CHECK(mr_alloc(n ? n : 1, &bufs[w]));
+        unsigned char *buf = bufs[0];
         int iters = iterations_for(n, given);
         CHECK(mr_barrier(ep));
         double lat = latency(ep, rank, buf, n, iters);
         CHECK(mr_barrier(ep));
-        double bw = bandwidth(ep, rank, buf, n, iters / 10 + 1);
+        double bw = bandwidth(ep, rank, bufs, n, iters / 10 + 1);
         if (rank == 0) {
             printf("latency %zu %.2f\n", n, lat);
             printf("bw %zu %.2f\n", n, bw);
             fflush(stdout);
         }
-        free(buf);
+        for (int w = 0; w < WINDOW; w++)
+            CHECK(mr_free(bufs[w]));
     }
     CHECK(mr_endpoint_close(ep));
     return 0;

@@ -21,6 +21,12 @@
 #define MR_ANY_TAG UINT64_MAX
 
 /*
+ Sends this long or longer are lent rather than copied (a copy of a
+ small message costs less than the bookkeeping).
+ */
+#define LEND_FROM (64 << 10)
+
+/*
  What every function returns: `MR_OK`, or why it failed (the message
  is in `mr_last_error()`).
  */
@@ -196,12 +202,37 @@ enum mr_err mr_recv(const struct mr_endpoint *ep,
                     struct mr_status *st);
 
 /*
- Starts sending a copy of `len` bytes at `buf` (`buf` is free again when
- this returns); `*req` is the request to test or wait on.
+ `*out` = `len` zeroed bytes that receives fill in place: a receive
+ into this memory (from its first byte, any `cap` up to `len`) hands the
+ memory itself to multirail, so the message is not copied. Use it like
+ any buffer; free it with `mr_free`.
 
  # Safety
- `ep` is NULL or an endpoint; `buf` has `len` readable bytes; `req` is
- writable.
+ `out` is writable.
+ */
+enum mr_err mr_alloc(size_t len, uint8_t **out_ptr);
+
+/*
+ Frees memory from `mr_alloc` (NULL is accepted). Refused while a
+ receive into it is pending, and for good after a pending receive into
+ it was freed with `mr_request_free` (multirail may still write it).
+
+ # Safety
+ `ptr` is NULL or from `mr_alloc`, not used after this call succeeds.
+ */
+enum mr_err mr_free(uint8_t *ptr);
+
+/*
+ Starts sending `len` bytes at `buf`; `*req` is the request to test or
+ wait on. A message shorter than 64 KiB is copied (`buf` is free again
+ when this returns); a longer one is sent from `buf` itself, which must
+ stay unchanged until `mr_wait`, `mr_wait_all` or `mr_request_free`
+ returns for the request (they wait until multirail let go of it).
+
+ # Safety
+ `ep` is NULL or an endpoint; `buf` has `len` readable bytes, unchanged
+ until the request is waited for or freed when `len` >= 64 KiB; `req`
+ is writable.
  */
 enum mr_err mr_isend(const struct mr_endpoint *ep,
                      uint32_t peer,
@@ -212,7 +243,9 @@ enum mr_err mr_isend(const struct mr_endpoint *ep,
 
 /*
  Posts a receive into `buf` of `cap` bytes; `*req` is the request.
- `buf` must stay valid until the request is waited for or freed.
+ `buf` must stay valid until the request is waited for or freed. Into
+ memory from `mr_alloc` (from its first byte) the message lands in
+ place; into other memory it is copied when the request is waited for.
 
  # Safety
  `ep` is NULL or an endpoint; `buf` has `cap` writable bytes until the

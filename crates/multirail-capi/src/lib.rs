@@ -14,6 +14,8 @@ use std::sync::Arc;
 
 use multirail::{Builder, Bytes, BytesMut, Config, Detached, Endpoint, Error, Request};
 
+mod memory;
+
 /// Matches a message from any source (as `src` of a receive).
 pub const MR_ANY_SOURCE: u32 = u32::MAX;
 /// Matches a message with any tag (as `tag` of a receive).
@@ -70,6 +72,30 @@ pub struct mr_request {
     /// Where a receive's data goes, and how much fits there.
     dst: *mut u8,
     cap: usize,
+    /// A receive into `mr_alloc` memory, handed to multirail in place.
+    in_place: bool,
+    /// A send that lent the caller's buffer: set when it is theirs again.
+    lent: Option<Arc<memory::Returned>>,
+}
+
+impl Drop for mr_request {
+    /// A lent send's buffer is the caller's again only once multirail let
+    /// go of it: freeing the request waits for that.
+    fn drop(&mut self) {
+        if let Some(back) = self.lent.take() {
+            // The send's own completion comes first (without it the
+            // buffer could be held until the endpoint closes).
+            if let Some(d) = self.req.take() {
+                if let Ok(r) = self.ep.attach(d) {
+                    let _ = match r {
+                        Request::Send(s) => s.wait().map(|_| ()),
+                        Request::Recv(v) => v.wait().map(|_| ()),
+                    };
+                }
+            }
+            back.wait();
+        }
+    }
 }
 
 thread_local! {
@@ -367,25 +393,66 @@ pub unsafe extern "C" fn mr_recv(
     unsafe { mr_wait(req, st) }
 }
 
+// ----- memory -----
+
+/// `*out` = `len` zeroed bytes that receives fill in place: a receive
+/// into this memory (from its first byte, any `cap` up to `len`) hands the
+/// memory itself to multirail, so the message is not copied. Use it like
+/// any buffer; free it with `mr_free`.
+///
+/// # Safety
+/// `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mr_alloc(len: usize, out_ptr: *mut *mut u8) -> mr_err {
+    guard("mr_alloc", || {
+        if len == 0 {
+            return Err(invalid("len is 0"));
+        }
+        out(out_ptr, "out", memory::alloc(len))
+    })
+}
+
+/// Frees memory from `mr_alloc` (NULL is accepted). Refused while a
+/// receive into it is pending, and for good after a pending receive into
+/// it was freed with `mr_request_free` (multirail may still write it).
+///
+/// # Safety
+/// `ptr` is NULL or from `mr_alloc`, not used after this call succeeds.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mr_free(ptr: *mut u8) -> mr_err {
+    guard("mr_free", || if ptr.is_null() { Ok(()) } else { memory::free(ptr).map_err(invalid) })
+}
+
 // ----- non-blocking -----
 
 fn start(
     ep: &mr_endpoint,
     r: Request<'_>,
-    dst: *mut u8,
-    cap: usize,
     out_req: *mut *mut mr_request,
+    fill: impl FnOnce(&mut mr_request),
 ) -> Result<(), Fail> {
-    let req = Box::new(mr_request { ep: ep.ep.clone(), req: Some(r.detach()), dst, cap });
+    let mut req = Box::new(mr_request {
+        ep: ep.ep.clone(),
+        req: Some(r.detach()),
+        dst: std::ptr::null_mut(),
+        cap: 0,
+        in_place: false,
+        lent: None,
+    });
+    fill(&mut req);
     out(out_req, "req", Box::into_raw(req))
 }
 
-/// Starts sending a copy of `len` bytes at `buf` (`buf` is free again when
-/// this returns); `*req` is the request to test or wait on.
+/// Starts sending `len` bytes at `buf`; `*req` is the request to test or
+/// wait on. A message shorter than 64 KiB is copied (`buf` is free again
+/// when this returns); a longer one is sent from `buf` itself, which must
+/// stay unchanged until `mr_wait`, `mr_wait_all` or `mr_request_free`
+/// returns for the request (they wait until multirail let go of it).
 ///
 /// # Safety
-/// `ep` is NULL or an endpoint; `buf` has `len` readable bytes; `req` is
-/// writable.
+/// `ep` is NULL or an endpoint; `buf` has `len` readable bytes, unchanged
+/// until the request is waited for or freed when `len` >= 64 KiB; `req`
+/// is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mr_isend(
     ep: *const mr_endpoint,
@@ -398,13 +465,22 @@ pub unsafe extern "C" fn mr_isend(
     guard("mr_isend", || {
         // SAFETY: by contract.
         let (ep, data) = unsafe { (obj(ep, "ep")?, slice(buf, len)?) };
-        let r = ep.ep.isend(peer, tag, Bytes::copy_from_slice(data))?;
-        start(ep, r.into(), std::ptr::null_mut(), 0, req)
+        if data.len() < memory::LEND_FROM {
+            let r = ep.ep.isend(peer, tag, Bytes::copy_from_slice(data))?;
+            return start(ep, r.into(), req, |_| {});
+        }
+        // SAFETY: `data` stays unchanged until the flag is set (contract;
+        // mr_wait and mr_request_free wait for it).
+        let (bytes, back) = unsafe { memory::lend(data.as_ptr(), data.len()) };
+        let r = ep.ep.isend(peer, tag, bytes)?;
+        start(ep, r.into(), req, |q| q.lent = Some(back))
     })
 }
 
 /// Posts a receive into `buf` of `cap` bytes; `*req` is the request.
-/// `buf` must stay valid until the request is waited for or freed.
+/// `buf` must stay valid until the request is waited for or freed. Into
+/// memory from `mr_alloc` (from its first byte) the message lands in
+/// place; into other memory it is copied when the request is waited for.
 ///
 /// # Safety
 /// `ep` is NULL or an endpoint; `buf` has `cap` writable bytes until the
@@ -425,8 +501,25 @@ pub unsafe extern "C" fn mr_irecv(
             return Err(invalid(format!("buffer is NULL but its capacity is {cap}")));
         }
         let (s, t) = src_tag(src, tag);
-        let r = ep.ep.irecv(s, t, BytesMut::zeroed(cap))?;
-        start(ep, r.into(), buf, cap, req)
+        let (mem, in_place) = match memory::take(buf, cap) {
+            Some(m) => (m, true),
+            None => (BytesMut::zeroed(cap), false),
+        };
+        let r = match ep.ep.irecv(s, t, mem) {
+            Ok(r) => r,
+            Err(e) => {
+                if in_place {
+                    // The buffer went with the failed call: copy mode.
+                    memory::give_back(buf, BytesMut::new(), 0);
+                }
+                return Err(e.into());
+            }
+        };
+        start(ep, r.into(), req, |q| {
+            q.dst = buf;
+            q.cap = cap;
+            q.in_place = in_place;
+        })
     })
 }
 
@@ -461,18 +554,41 @@ fn finish(req: *mut mr_request, st: *mut mr_status) -> Result<(), Fail> {
     let mut r = unsafe { Box::from_raw(req) };
     let d = r.req.take().ok_or_else(|| invalid("the request already finished"))?;
     match r.ep.attach(d)? {
-        Request::Send(s) => Ok(s.wait()?),
+        Request::Send(s) => {
+            let res = s.wait();
+            if let Some(back) = r.lent.take() {
+                back.wait();
+            }
+            Ok(res?)
+        }
         Request::Recv(v) => {
-            let (buf, res) = v.wait_with_buffer(None)?;
+            // Memory from mr_alloc is given back on every way out.
+            let give_back = |buf: BytesMut, n: usize| {
+                if r.in_place {
+                    memory::give_back(r.dst, buf, n);
+                }
+            };
+            let (buf, res) = match v.wait_with_buffer(None) {
+                Ok(x) => x,
+                Err(e) => {
+                    give_back(BytesMut::new(), 0);
+                    return Err(e.into());
+                }
+            };
             let (stat, res) = match res {
                 Ok(s) => (s, Ok(())),
                 // The core delivers nothing of a message too long for its
                 // buffer: nothing is copied.
                 Err(Error::Truncated { status, buf_len }) => (status, Err(Error::Truncated { status, buf_len })),
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    give_back(buf, 0);
+                    return Err(e.into());
+                }
             };
             let n = if res.is_ok() { (stat.len as usize).min(r.cap).min(buf.len()) } else { 0 };
-            if n > 0 {
+            if r.in_place {
+                give_back(buf, n);
+            } else if n > 0 {
                 // SAFETY: `dst` has `cap` writable bytes (mr_irecv's contract).
                 unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), r.dst, n) };
             }

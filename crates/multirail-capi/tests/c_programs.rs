@@ -166,6 +166,12 @@ fn c_non_blocking_calls() {
     }
 }
 
+#[test]
+fn c_memory_from_mr_alloc_and_lent_sends() {
+    let Some(exe) = program("memory") else { return };
+    assert!(run_job(&exe, 2, &[], &[]).contains("memory: rank 0 ok"));
+}
+
 /// Two rails given explicitly to mr_endpoint_create, no launcher.
 #[test]
 fn c_two_rails_with_an_explicit_endpoint() {
@@ -209,4 +215,11 @@ fn c_pingpong_example_measures_each_size() {
         let v: f64 = line.split(' ').nth(2).unwrap().parse().unwrap();
         assert!(v > 0.0 && v.is_finite(), "{line}");
     }
+}
+
+/// docs/c.md promises that one endpoint may be used from several threads.
+#[test]
+fn an_endpoint_may_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<multirail::Endpoint>();
 }
