@@ -93,7 +93,7 @@ impl Drop for mr_request {
                     };
                 }
             }
-            back.wait();
+            back.wait_on(&self.ep);
         }
     }
 }
@@ -557,7 +557,7 @@ fn finish(req: *mut mr_request, st: *mut mr_status) -> Result<(), Fail> {
         Request::Send(s) => {
             let res = s.wait();
             if let Some(back) = r.lent.take() {
-                back.wait();
+                back.wait_on(&r.ep);
             }
             Ok(res?)
         }

@@ -31,7 +31,26 @@ impl Returned {
         self.cv.notify_all();
     }
 
-    /// Blocks until the buffer is returned.
+    pub fn is_set(&self) -> bool {
+        *self.done.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocks until the buffer is returned, making progress on `ep`
+    /// meanwhile: multirail keeps a sent buffer until the peer acknowledged
+    /// it, and the acknowledgement has to be read.
+    pub fn wait_on(&self, ep: &multirail::Endpoint) {
+        while !self.is_set() {
+            if ep.progress_until(|| self.is_set(), Some(std::time::Duration::from_millis(1))).is_err() {
+                // The endpoint is shut down: nothing sends from the
+                // buffer any more.
+                return;
+            }
+        }
+    }
+
+    /// Blocks until the buffer is returned (another thread makes the
+    /// progress).
+    #[cfg(test)]
     pub fn wait(&self) {
         let mut d = self.done.lock().unwrap_or_else(|e| e.into_inner());
         while !*d {

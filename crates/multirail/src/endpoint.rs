@@ -434,6 +434,16 @@ impl Endpoint {
         self.shared.lock().core.unexpected_bytes(peer)
     }
 
+    /// Makes progress (reads, writes, acknowledgements, timers) until
+    /// `cond` holds or `timeout` passes; returns whether it held. For
+    /// bindings that wait for something other than a request, such as a
+    /// lent send buffer that multirail keeps until the peer acknowledged
+    /// it (a send completes when written). `cond` is checked often: keep
+    /// it cheap.
+    pub fn progress_until(&self, mut cond: impl FnMut() -> bool, timeout: Option<Duration>) -> Result<bool, Error> {
+        Ok(self.engine()?.wait_until(&self.shared, &mut |_| cond(), now_plus(timeout)))
+    }
+
     fn engine(&self) -> Result<&Engine, Error> {
         self.engine.as_ref().ok_or(Error::Shutdown)
     }
