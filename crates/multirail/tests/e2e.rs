@@ -5,7 +5,10 @@
 mod common;
 
 use common::*;
-use multirail::{Builder, BytesMut, Endpoint, Finished, Progress, Request, ShmMode};
+use multirail::{Builder, Bytes, BytesMut, Endpoint, Finished, Progress, Request, ShmMode};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 fn exchange(nrails: usize, progress: Progress, policy: &str, seed: u64, count: usize) {
     exchange_on(&rails(nrails), progress, policy, seed, count)
@@ -394,4 +397,52 @@ fn detached_requests_complete_after_attach() {
     let Request::Recv(r) = ep1.attach(d1).unwrap() else { panic!("a receive") };
     r.wait().unwrap();
     drop((ep0, ep1));
+}
+
+/// `progress_until` makes progress until a condition holds: a sent
+/// buffer (whose owner flags its drop) is let go of once the peer's
+/// acknowledgement is read, also when the send completed before that; a
+/// condition that never holds returns false at the timeout. Both engines.
+#[test]
+fn progress_until_waits_for_a_sent_buffer_to_be_let_go() {
+    struct Flagged(Vec<u8>, Arc<AtomicBool>);
+    impl AsRef<[u8]> for Flagged {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    impl Drop for Flagged {
+        fn drop(&mut self) {
+            self.1.store(true, Ordering::Release);
+        }
+    }
+    for progress in [Progress::Polled, Progress::Threaded] {
+        job(
+            2,
+            |_| Endpoint::builder().rails(&rails(2)).key("k").progress(progress),
+            |ep| {
+                let peer = 1 - ep.rank();
+                let mut buf = vec![0u8; 1 << 20];
+                if ep.rank() == 0 {
+                    for k in 0..8 {
+                        let dropped = Arc::new(AtomicBool::new(false));
+                        let data = Bytes::from_owner(Flagged(pattern(k, 1 << 20).to_vec(), dropped.clone()));
+                        ep.isend(peer, k, data).unwrap().wait().unwrap();
+                        let held = ep
+                            .progress_until(|| dropped.load(Ordering::Acquire), Some(Duration::from_secs(20)))
+                            .unwrap();
+                        assert!(held, "{progress:?}: message {k}: the buffer was let go of within 20 s");
+                    }
+                    let never = ep.progress_until(|| false, Some(Duration::from_millis(20))).unwrap();
+                    assert!(!never, "a condition that never holds: false at the timeout");
+                } else {
+                    for k in 0..8 {
+                        let st = ep.recv(Some(peer), Some(k), &mut buf).unwrap();
+                        assert!(buf[..st.len as usize] == pattern(k, 1 << 20)[..]);
+                    }
+                }
+                ep.barrier().unwrap();
+            },
+        );
+    }
 }
