@@ -4,6 +4,7 @@
 //! live in multirail-perf.
 
 mod agree;
+mod cbr;
 mod fail;
 mod plot;
 mod rank;
@@ -23,6 +24,10 @@ use crate::cli::{BenchArgs, TestName};
 use crate::launch::{self, RankEnv};
 
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    if args.test == TestName::Cbr {
+        // A launcher of other bench runs, never a rank itself.
+        return cbr::run(&args);
+    }
     let launched = std::env::var_os(launch::LAUNCHED).is_some();
     if launched {
         let job = JobInfo::from_env()?.context("MULTIRAIL_LAUNCHED is set but MULTIRAIL_RANK/SIZE are not")?;
@@ -208,6 +213,9 @@ pub fn test_of(t: TestName) -> Test {
         TestName::Bibw => Test::Bibw,
         TestName::MbwMr => Test::MbwMr,
         TestName::MultiLat => Test::MultiLat,
+        // `bench::run` hands cbr to its own module before any single test
+        // is set up; nothing else asks for its test.
+        TestName::Cbr => unreachable!("bench cbr runs other tests, it is not one"),
     }
 }
 

@@ -271,6 +271,9 @@ Tests (OSU semantics; MB = 10^6 bytes):
   bibw       both ranks send windows at once; both directions counted
   mbw_mr     N pairs run bw at once (--pairs N); aggregate MB/s and messages/s
   multi_lat  N pairs run latency at once; average latency
+  cbr        latency, bw, bibw and mbw_mr intra-node (2 ranks, --rails shm) and
+             inter-node (2 testbed hosts with --testbed, else loopback TCP),
+             and per size HotI'09's balance ratios intra / inter
 
 How ranks start:
   (default)          --local: the peer processes are started on this machine
@@ -292,7 +295,9 @@ Examples:
   multirail bench latency --sizes 1:1M --plot latency.svg
   multirail bench bw --sizes 4K:4M --compare policy=*:single policy=*:adaptive --plot bw.png
   multirail bench bw --sizes 64K:4M --model                 measured vs the NPC'09 model
-  multirail bench bw --model --link 10gbit --nic 2GB/s      ... from given rates";
+  multirail bench bw --model --link 10gbit --nic 2GB/s      ... from given rates
+  multirail bench cbr --sizes 8,64K,1M --plot cbr.svg       balance ratios, shm vs loopback
+  sudo multirail bench cbr --testbed                        ... shm vs the testbed's rails";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
@@ -302,6 +307,9 @@ pub enum TestName {
     Bibw,
     MbwMr,
     MultiLat,
+    /// The HotI'09 Communication Balance Ratios (latency, bw, bibw, mbw_mr
+    /// intra-node / inter-node).
+    Cbr,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod child;
 mod cli;
 mod docs;
 mod info;

@@ -30,6 +30,8 @@
 //!   message size and offset, on every rank.
 //! * **Comparisons.** [`compare`] turns rounds of runs of several
 //!   configurations into medians and ratios (for `bench --compare`).
+//! * **Balance ratios.** [`cbr`] computes the HotI'09 Communication
+//!   Balance Ratios (intra-node / inter-node) and reads them.
 //! * **A model and plots.** [`model`] predicts multi-rail bandwidth the
 //!   way the NPC'09 uDAPL study does (multi-HCA and multi-port);
 //!   [`report::plot`] draws results against message size as SVG or PNG
@@ -37,6 +39,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cbr;
 pub mod compare;
 mod error;
 mod info;

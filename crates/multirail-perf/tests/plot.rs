@@ -42,6 +42,7 @@ fn bw_chart() -> Chart {
         config: "compare: policy=*:single vs policy=*:adaptive & <friends>".into(),
         machine: machine(),
         series: vec![series("policy=*:single", 1.0), series("policy=*:adaptive", 1.8)],
+        custom: None,
     }
 }
 
@@ -95,6 +96,7 @@ fn png_is_a_decodable_png() {
             label: "2 rails".into(),
             points: vec![(0, 3.0), (1, 3.1), (8192, 9.0), (4 << 20, 900.0)],
         }],
+        custom: None,
     };
     plot::write(&f.0, &chart).unwrap();
     let bytes = std::fs::read(&f.0).unwrap();
@@ -115,6 +117,7 @@ fn latency_svg_leaves_out_size_zero() {
         config: "one rail".into(),
         machine: machine(),
         series: vec![Series { label: "one rail".into(), points: vec![(0, 2.0), (2, 2.5), (1024, 4.0)] }],
+        custom: None,
     };
     let svg = plot::svg(&chart).unwrap();
     let doc = roxmltree::Document::parse(&svg).unwrap();
@@ -132,4 +135,27 @@ fn bad_targets_are_refused_before_drawing() {
     assert!(matches!(e, PlotError::NoDirectory { .. }), "{e}");
     let empty = Chart { series: vec![Series { label: "x".into(), points: vec![(0, 1.0)] }], ..chart };
     assert_eq!(plot::svg(&empty), Err(PlotError::NoPoints));
+}
+
+#[test]
+fn custom_axis_sets_title_label_and_log_scale() {
+    let chart = Chart {
+        test: Test::Bw,
+        config: "intra shm vs inter tcp".into(),
+        machine: machine(),
+        series: vec![Series { label: "CBR-Bandwidth".into(), points: vec![(1, 0.05), (1024, 1.0), (1 << 20, 20.0)] }],
+        custom: Some(plot::CustomAxis {
+            what: "bench cbr: Communication Balance Ratios".into(),
+            y_label: "CBR (intra / inter)".into(),
+            log_y: true,
+        }),
+    };
+    let svg = plot::svg(&chart).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let t = texts(&doc);
+    for want in
+        ["multirail bench cbr: Communication Balance Ratios on node7 (2 CPUs)", "CBR (intra / inter)", "0.01", "100"]
+    {
+        assert!(t.iter().any(|x| x == want), "no text {want:?} in {t:?}");
+    }
 }

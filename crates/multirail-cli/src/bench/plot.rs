@@ -46,6 +46,7 @@ pub fn single(path: &Path, info: &RunInfo, results: &[SizeResult]) -> anyhow::Re
             label: format!("rails {}", info.rails.join(",")),
             points: results.iter().map(|r| (r.size, r.value)).collect(),
         }],
+        custom: None,
     };
     plot::write(path, &chart).with_context(|| format!("--plot {}", path.display()))
 }
@@ -70,6 +71,7 @@ pub fn compared(path: &Path, cmp: &Comparison, rounds: u32, base: &RunInfo) -> a
         ),
         machine: Machine::this(),
         series,
+        custom: None,
     };
     plot::write(path, &chart).with_context(|| format!("--plot {}", path.display()))
 }

@@ -115,25 +115,51 @@ pub struct Chart {
     pub config: String,
     pub machine: Machine,
     pub series: Vec<Series>,
+    /// A chart of something other than the test's own value (a ratio,
+    /// say): its title and y axis. `None` for the test's value.
+    pub custom: Option<CustomAxis>,
+}
+
+/// The title and y axis of a chart that is not a test's value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CustomAxis {
+    /// What is drawn, after `multirail `: `bench cbr: Communication Balance Ratios`.
+    pub what: String,
+    pub y_label: String,
+    /// A log-10 y axis (ratios spanning decades), else linear from 0.
+    pub log_y: bool,
 }
 
 impl Chart {
     /// `multirail bench bw: Bandwidth Test on HOST (N CPUs)`.
     pub fn title(&self) -> String {
         let cpus = if self.machine.cpus == 1 { "1 CPU".to_string() } else { format!("{} CPUs", self.machine.cpus) };
-        format!("multirail bench {}: {} on {} ({cpus})", self.test, self.test.title(), self.machine.hostname)
+        let what = match &self.custom {
+            Some(c) => c.what.clone(),
+            None => format!("bench {}: {}", self.test, self.test.title()),
+        };
+        format!("multirail {what} on {} ({cpus})", self.machine.hostname)
     }
 
-    fn y_label(&self) -> &'static str {
-        if self.test.is_latency() { "Latency (µs, one way)" } else { "Bandwidth (MB/s, MB = 10^6 bytes)" }
+    fn y_label(&self) -> &str {
+        match &self.custom {
+            Some(c) => &c.y_label,
+            None if self.test.is_latency() => "Latency (µs, one way)",
+            None => "Bandwidth (MB/s, MB = 10^6 bytes)",
+        }
+    }
+
+    /// Latency (and custom charts that ask for it) on a log-10 axis.
+    fn log_y(&self) -> bool {
+        self.custom.as_ref().map_or(self.test.is_latency(), |c| c.log_y)
     }
 
     /// The points that have a place on the axes, as `(log2 size, value)`.
     fn drawable(&self, s: &Series) -> Vec<(f64, f64)> {
         s.points
             .iter()
-            .filter(|(size, v)| *size > 0 && v.is_finite() && (*v > 0.0 || !self.test.is_latency() && *v == 0.0))
-            .map(|&(size, v)| ((size as f64).log2(), if self.test.is_latency() { v.log10() } else { v }))
+            .filter(|(size, v)| *size > 0 && v.is_finite() && (*v > 0.0 || !self.log_y() && *v == 0.0))
+            .map(|&(size, v)| ((size as f64).log2(), if self.log_y() { v.log10() } else { v }))
             .collect()
     }
 }
@@ -199,7 +225,7 @@ where
         return Err(PlotError::NoPoints);
     }
     let (x, x_keys) = x_axis(all.iter().map(|p| p.0));
-    let log_y = chart.test.is_latency();
+    let log_y = chart.log_y();
     let (y, y_keys) = if log_y { log_axis(all.iter().map(|p| p.1)) } else { linear_axis(all.iter().map(|p| p.1)) };
 
     root.fill(&WHITE).map_err(draw_err)?;
