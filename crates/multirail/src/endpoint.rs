@@ -62,6 +62,12 @@ impl Builder {
         self.cfg.progress = p;
         self
     }
+    /// How long a waiting thread busy-polls before it sleeps, as
+    /// `MULTIRAIL_SPIN_US`.
+    pub fn spin(mut self, t: Duration) -> Builder {
+        self.cfg.spin = t;
+        self
+    }
     pub fn eager_limit(mut self, bytes: u64) -> Builder {
         self.cfg.proto.eager_limit = bytes;
         self
@@ -442,6 +448,15 @@ impl Endpoint {
     /// it cheap.
     pub fn progress_until(&self, mut cond: impl FnMut() -> bool, timeout: Option<Duration>) -> Result<bool, Error> {
         Ok(self.engine()?.wait_until(&self.shared, &mut |_| cond(), now_plus(timeout)))
+    }
+
+    /// How many times an IO thread of the threaded progress engine
+    /// returned from epoll (a ready connection, a wake-up or a timer;
+    /// always 0 with the polled engine). A diagnostic: while a thread
+    /// waits, it runs the loop itself and the IO threads stay parked.
+    #[doc(hidden)]
+    pub fn io_thread_wakeups(&self) -> u64 {
+        self.shared.io_wakeups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn engine(&self) -> Result<&Engine, Error> {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -134,6 +134,12 @@ pub struct Shared {
     rank: PeerId,
     rails: usize,
     pub shutdown: AtomicBool,
+    /// Bumped whenever a connection is installed (an engine that keeps a
+    /// second registration of every connection knows to look again).
+    pub conn_epoch: AtomicU64,
+    /// Times an IO thread of the threaded engine returned from epoll
+    /// (diagnostics: see `Endpoint::io_thread_wakeups`).
+    pub io_wakeups: AtomicU64,
     /// Connections the core asked for, for the connector thread.
     pub connect_q: ConnectQueue,
     /// Replaced connections waiting to be closed (see [`PARK`]).
@@ -183,6 +189,8 @@ impl Shared {
             rank,
             rails,
             shutdown: AtomicBool::new(false),
+            conn_epoch: AtomicU64::new(0),
+            io_wakeups: AtomicU64::new(0),
             connect_q: ConnectQueue::default(),
             parked: Mutex::new(Vec::new()),
             woken: (0..rails).map(|_| Mutex::new(Vec::new())).collect(),
@@ -403,20 +411,6 @@ impl Shared {
         conn.as_mut().is_some_and(|r| r.arm())
     }
 
-    /// [`Shared::service`] if the connection is free right now (another
-    /// thread servicing it will have seen what there is).
-    pub fn service_if_free(&self, i: usize) -> bool {
-        let s = &self.slots[i];
-        let Ok(mut conn) = s.conn.try_lock() else { return false };
-        let Some(rail) = conn.as_mut() else { return true };
-        let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail };
-        if let Err(e) = rail.poll_recv(&mut sink) {
-            self.fail(i, &mut conn, e);
-        }
-        // Output the frames produced has woken the rail's own IO thread.
-        true
-    }
-
     /// Sends what the core has for this rail, if the connection is free
     /// (the application's fast path). Returns false if it was busy.
     pub fn try_send_now(&self, i: usize) -> bool {
@@ -564,6 +558,7 @@ impl Shared {
         *conn = Some(rail);
         self.with_core(|c, now| c.rail_up(s.peer, s.rail, caps, credits, now));
         drop(conn);
+        self.conn_epoch.fetch_add(1, Ordering::AcqRel);
         self.wake_slot(i);
         true
     }

@@ -35,9 +35,26 @@ thread_local! {
 /// Marks this thread as running the loop of `waker` while it lives.
 pub(crate) struct Running(usize);
 
+/// [`RUNNING`] of a thread whose loop takes every rail's woken slots
+/// before it sleeps (the threaded engine's spinning waiter): no waker
+/// needs to be woken from it.
+const RUNNING_ALL: usize = usize::MAX;
+
 impl Running {
-    pub fn enter(waker: &MioWaker) -> Running {
-        Running(RUNNING.replace(waker as *const MioWaker as usize))
+    pub fn enter<W>(waker: &W) -> Running {
+        Running(RUNNING.replace(waker as *const W as usize))
+    }
+
+    /// This thread runs a loop over every rail (see [`RUNNING_ALL`]).
+    pub fn enter_all() -> Running {
+        Running(RUNNING.replace(RUNNING_ALL))
+    }
+
+    /// True if this thread runs the loop of `waker` (or of every rail), so
+    /// waking it would be wasted.
+    pub fn runs<W>(waker: &W) -> bool {
+        let r = RUNNING.get();
+        r == RUNNING_ALL || r == waker as *const W as usize
     }
 }
 
@@ -49,7 +66,7 @@ impl Drop for Running {
 
 impl Wake for MioWaker {
     fn wake(&self) {
-        if RUNNING.get() == self as *const MioWaker as usize {
+        if Running::runs(self) {
             return;
         }
         // A failed wake means the poll is gone (shutting down).

@@ -29,7 +29,7 @@ const HANDOFF: Duration = Duration::from_millis(2);
 /// still runs the loop.
 const IDLE_LOOK: Duration = Duration::from_millis(4);
 
-struct PollState {
+pub(super) struct PollState {
     poll: Poll,
     events: Events,
     regs: Vec<Registration>,
@@ -66,6 +66,30 @@ struct PollState {
 
 use super::{TIMER_AFTER_WORK, TIMER_RECHECK};
 
+impl PollState {
+    /// The state of a loop over `n` slots that polls `poll`; `spins`: its
+    /// runs are mostly spinning rounds (reads few connections directly).
+    pub(super) fn new(poll: Poll, n: usize, spins: bool) -> PollState {
+        PollState {
+            poll,
+            events: Events::with_capacity(64),
+            regs: vec![Registration::default(); n],
+            more: vec![false; n],
+            next_timer: None,
+            timers_at: None,
+            worked: false,
+            ready: Vec::new(),
+            todo: Vec::new(),
+            more_list: Vec::new(),
+            due: Vec::new(),
+            spin: Vec::new(),
+            is_spin: vec![false; n],
+            direct: spins && n <= DIRECT_MAX_SLOTS,
+            skipped: 0,
+        }
+    }
+}
+
 struct Loop {
     state: Mutex<PollState>,
     waker: Arc<MioWaker>,
@@ -93,23 +117,7 @@ impl Polled {
         }
         let n = shared.slots.len();
         let lp = Arc::new(Loop {
-            state: Mutex::new(PollState {
-                poll,
-                events: Events::with_capacity(64),
-                regs: vec![Registration::default(); n],
-                more: vec![false; n],
-                next_timer: None,
-                timers_at: None,
-                worked: false,
-                ready: Vec::new(),
-                todo: Vec::new(),
-                more_list: Vec::new(),
-                due: Vec::new(),
-                spin: Vec::new(),
-                is_spin: vec![false; n],
-                direct: !spin.is_zero() && n <= DIRECT_MAX_SLOTS,
-                skipped: 0,
-            }),
+            state: Mutex::new(PollState::new(poll, n, !spin.is_zero())),
             waker,
             waiters: AtomicUsize::new(0),
             last_wait: AtomicU64::new(0),
@@ -146,7 +154,7 @@ impl Polled {
                     } else {
                         deadline.map_or(Duration::from_millis(10), |d| (d - now).min(Duration::from_millis(10)))
                     };
-                    let _running = super::Running::enter(&lp.waker);
+                    let _running = super::Running::enter::<MioWaker>(&lp.waker);
                     progress(shared, &mut st, cap);
                 }
                 Err(_) => {
@@ -182,7 +190,7 @@ fn background(lp: &Loop, shared: &Shared) {
         }
         let Ok(mut st) = lp.state.lock() else { return };
         {
-            let _running = super::Running::enter(&lp.waker);
+            let _running = super::Running::enter::<MioWaker>(&lp.waker);
             progress(shared, &mut st, super::MAX_SLEEP);
         }
         drop(st);
@@ -195,7 +203,7 @@ fn background(lp: &Loop, shared: &Shared) {
 
 /// One round: service rails that need it, then wait for readiness (at
 /// most `cap`), then service what became ready and run timers.
-fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
+pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     let n = shared.slots.len();
     let mut busy = false;
     // Slots with more to read, then slots woken for output.
@@ -289,7 +297,7 @@ fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     }
 }
 
-fn service(shared: &Shared, st: &mut PollState, i: usize) {
+pub(super) fn service(shared: &Shared, st: &mut PollState, i: usize) {
     let s = shared.service(i);
     if s.more && !st.more[i] {
         st.more_list.push(i);

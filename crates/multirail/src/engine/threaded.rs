@@ -6,97 +6,210 @@
 //!
 //! A thread waiting for a request does not just sleep until an IO thread
 //! wakes from epoll and completes it (a thread wake-up costs tens of
-//! microseconds): for `MULTIRAIL_SPIN_US` it polls a second epoll set, which
-//! the IO threads keep registered with every connection, and reads what
-//! arrives itself when the connection is free. Then it sleeps on a
-//! condition variable.
+//! microseconds): for `MULTIRAIL_SPIN_US` it runs the polled engine's loop
+//! over every rail itself, and the IO threads keep out of its way: they
+//! park instead of waiting in epoll (else every arriving message would
+//! wake one of them as well, and on a busy machine they would take the
+//! CPU from the spinning waiter). They also stay parked for [`HANDOFF`]
+//! after a wait ends, as the application usually waits again soon, unless
+//! output is queued for them. A waiter that stops spinning and sleeps
+//! unparks them first.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
 
-use super::{MioWaker, Registration, sleep_for};
-use crate::shared::{Inner, Serviced, Shared};
+use super::polled::{self, PollState};
+use super::{Registration, sleep_for};
+use crate::shared::{Inner, Shared, Wake};
 
 const WAKE: Token = Token(usize::MAX);
 
+/// After a wait ends, the IO threads stay parked this long (unless output
+/// is queued for them): the application usually waits again soon.
+const HANDOFF: Duration = Duration::from_millis(1);
+/// How often a parked IO thread looks whether it is still not needed.
+const IDLE_LOOK: Duration = Duration::from_millis(4);
+
+/// Who runs the loop: the waiting threads (spinning), or the IO threads.
+struct Gate {
+    /// Waiting threads in their spinning phase (they run the loop).
+    spinning: AtomicUsize,
+    /// Waiting threads asleep (they need the IO threads).
+    sleeping: AtomicUsize,
+    /// Nanoseconds since `origin` when the last wait ended.
+    last_wait: AtomicU64,
+    origin: Instant,
+}
+
+impl Gate {
+    /// How long an IO thread may park now (`None`: it is needed).
+    /// `woken`: output is queued for its rail.
+    fn park_for(&self, woken: bool) -> Option<Duration> {
+        if self.sleeping.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        if self.spinning.load(Ordering::SeqCst) > 0 {
+            // The spinner takes every rail's queued output.
+            return Some(IDLE_LOOK);
+        }
+        let since = self.origin.elapsed().saturating_sub(Duration::from_nanos(self.last_wait.load(Ordering::Acquire)));
+        (!woken && since < HANDOFF).then(|| HANDOFF - since)
+    }
+
+    fn wait_ended(&self) {
+        self.last_wait.store(self.origin.elapsed().as_nanos() as u64, Ordering::Release);
+    }
+}
+
+/// An IO thread's waker: an eventfd in its epoll set, or an unpark while
+/// it is parked.
+struct IoWaker {
+    mio: mio::Waker,
+    parked: AtomicBool,
+    thread: OnceLock<std::thread::Thread>,
+}
+
+impl Wake for IoWaker {
+    fn wake(&self) {
+        if super::Running::runs(self) {
+            return;
+        }
+        if self.parked.load(Ordering::SeqCst) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+                return;
+            }
+        }
+        // A failed wake means the poll is gone (shutting down).
+        let _ = self.mio.wake();
+    }
+}
+
+/// The waiting threads' loop (one of them runs it at a time).
+struct AppLoop {
+    st: PollState,
+    /// `Shared::conn_epoch` when every slot was last looked at.
+    epoch: u64,
+}
+
 pub(crate) struct Threaded {
     threads: Vec<JoinHandle<()>>,
-    /// The waiting threads' epoll set (one of them polls it at a time).
-    app: Mutex<(Poll, Events)>,
+    wakers: Vec<Arc<IoWaker>>,
+    app: Box<Mutex<AppLoop>>,
+    gate: Arc<Gate>,
     spin: Duration,
 }
 
 impl Threaded {
     pub fn start(shared: Arc<Shared>, spin: Duration) -> std::io::Result<Threaded> {
         let rails = shared.slots.iter().map(|s| s.rail + 1).max().unwrap_or(0);
-        let app = Poll::new()?;
+        let n = shared.slots.len();
+        let gate = Arc::new(Gate {
+            spinning: AtomicUsize::new(0),
+            sleeping: AtomicUsize::new(0),
+            last_wait: AtomicU64::new(0),
+            origin: Instant::now(),
+        });
         let mut threads = Vec::new();
+        let mut wakers = Vec::new();
         for k in 0..rails.max(1) {
-            let mine: Vec<usize> = (0..shared.slots.len()).filter(|&i| shared.slots[i].rail == k).collect();
+            let mine: Vec<usize> = (0..n).filter(|&i| shared.slots[i].rail == k).collect();
             let poll = Poll::new()?;
-            let waker = Arc::new(MioWaker(mio::Waker::new(poll.registry(), WAKE)?));
+            let waker = Arc::new(IoWaker {
+                mio: mio::Waker::new(poll.registry(), WAKE)?,
+                parked: AtomicBool::new(false),
+                thread: OnceLock::new(),
+            });
             for &i in &mine {
                 *shared.slots[i].waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(waker.clone());
             }
             let sh = shared.clone();
             let name = format!("mr-rail-{k}");
-            let w = waker.clone();
-            let app_registry = app.registry().try_clone()?;
-            threads.push(
-                std::thread::Builder::new().name(name).spawn(move || rail_loop(&sh, &mine, poll, w, &app_registry))?,
-            );
+            let (w, g) = (waker.clone(), gate.clone());
+            let t = std::thread::Builder::new().name(name).spawn(move || rail_loop(&sh, &mine, poll, &w, &g))?;
+            let _ = waker.thread.set(t.thread().clone());
+            threads.push(t);
+            wakers.push(waker);
         }
-        Ok(Threaded { threads, app: Mutex::new((app, Events::with_capacity(64))), spin })
+        let app = AppLoop { st: PollState::new(Poll::new()?, n, true), epoch: u64::MAX };
+        Ok(Threaded { threads, wakers, app: Box::new(Mutex::new(app)), gate, spin })
     }
 
     /// Waits until `done` (checked with the shared state locked) or
-    /// `deadline`: polls the connections itself for the spin time, then
-    /// sleeps until the IO threads complete something.
+    /// `deadline`: runs the loop itself for the spin time, then sleeps
+    /// until the IO threads complete something.
     pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
         let spin_until = Instant::now() + self.spin;
-        loop {
+        self.gate.spinning.fetch_add(1, Ordering::SeqCst);
+        let spun = loop {
             if done(&shared.lock()) {
-                return true;
+                break Some(true);
             }
             let now = Instant::now();
-            if now >= spin_until || deadline.is_some_and(|d| now >= d) {
-                break;
+            if deadline.is_some_and(|d| now >= d) {
+                break Some(done(&shared.lock()));
+            }
+            if now >= spin_until {
+                break None;
             }
             let Ok(mut app) = self.app.try_lock() else {
                 std::hint::spin_loop();
                 continue;
             };
-            let (poll, events) = &mut *app;
-            if poll.poll(events, Some(Duration::ZERO)).is_err() {
-                break;
+            let app = &mut *app;
+            let epoch = shared.conn_epoch.load(Ordering::Acquire);
+            if epoch != app.epoch {
+                // New connections: look at every slot (registers them).
+                app.epoch = epoch;
+                for i in 0..shared.slots.len() {
+                    polled::service(shared, &mut app.st, i);
+                }
             }
-            for e in events.iter() {
-                shared.service_if_free(e.token().0);
+            let _running = super::Running::enter_all();
+            polled::progress(shared, &mut app.st, Duration::ZERO);
+        };
+        if let Some(r) = spun {
+            self.gate.wait_ended();
+            self.gate.spinning.fetch_sub(1, Ordering::SeqCst);
+            return r;
+        }
+        // Sleep: the IO threads must run the loop now.
+        self.gate.sleeping.fetch_add(1, Ordering::SeqCst);
+        self.gate.spinning.fetch_sub(1, Ordering::SeqCst);
+        for w in &self.wakers {
+            if let Some(t) = w.thread.get() {
+                t.unpark();
             }
         }
-        sleep_until(shared, done, deadline)
+        let r = sleep_until(shared, done, deadline);
+        self.gate.wait_ended();
+        self.gate.sleeping.fetch_sub(1, Ordering::SeqCst);
+        r
     }
 
     pub fn join(&mut self) {
+        for w in &self.wakers {
+            if let Some(t) = w.thread.get() {
+                t.unpark();
+            }
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
 }
 
-fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: Arc<MioWaker>, app: &mio::Registry) {
-    let _running = super::Running::enter(&waker);
+fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, gate: &Gate) {
+    let _running = super::Running::enter::<IoWaker>(waker);
     let Some(&first) = mine.first() else { return };
     let rail = shared.slots[first].rail;
     let rails = shared.rail_count();
     let mut events = Events::with_capacity(64);
     let mut regs = vec![Registration::default(); mine.len()];
-    // The same connections in the waiting threads' set (reading only).
-    let mut app_regs = vec![Registration::default(); mine.len()];
     let mut more = vec![false; mine.len()];
     // Slots (by position in `mine`) to look at: ready, woken, with more
     // to read, or due (held frames of the fault-injecting rail).
@@ -107,6 +220,20 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: Arc<MioWake
     let mut timers_at: Option<Instant> = None;
     let mut worked = false;
     while !shared.shutdown.load(Ordering::Acquire) {
+        if let Some(t) = gate.park_for(shared.any_woken(rail)) {
+            // Announce the park before looking again: a wake after the
+            // look sees `parked` and unparks (the token is kept).
+            waker.parked.store(true, Ordering::SeqCst);
+            if let Some(t) = gate.park_for(shared.any_woken(rail)).map(|u| u.min(t)) {
+                std::thread::park_timeout(t);
+            }
+            waker.parked.store(false, Ordering::SeqCst);
+            // A waiter ran the loop meanwhile: look at every slot (its
+            // registration here may be stale).
+            todo.extend(0..mine.len());
+            next_timer = None;
+            continue;
+        }
         // Timers when due; after work at most every TIMER_AFTER_WORK (as
         // the polled engine does), not on every turn of the loop.
         let now = Instant::now();
@@ -130,7 +257,6 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: Arc<MioWake
             let st = shared.service(i);
             worked = true;
             regs[j].update(poll.registry(), Token(j), &st);
-            app_regs[j].update(app, Token(i), &Serviced { want_write: false, ..st });
             more[j] = st.more;
             busy |= st.more;
             due.retain(|&(_, x)| x != j);
@@ -150,6 +276,7 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: Arc<MioWake
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        shared.io_wakeups.fetch_add(1, Ordering::Relaxed);
         todo.extend(events.iter().map(|e| e.token().0).filter(|&j| j < mine.len()));
     }
 }
