@@ -459,6 +459,34 @@ impl Endpoint {
         self.shared.io_wakeups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether this `isend`'s message may stay queued (write coalescing):
+    /// it follows another `isend` within `COALESCE_GAP` with no wait since,
+    /// fewer than `coalesce` are queued, and the engine will run its loop
+    /// soon (the application waited a moment ago, nobody sleeps in it).
+    /// The `coalesce + 1`-th writes them all.
+    fn coalesce(&self, engine: &Engine) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let max = u64::from(self.cfg.coalesce);
+        if max == 0 {
+            return false;
+        }
+        let now = self.shared.now().as_nanos();
+        let last = self.shared.last_isend.swap(now, Relaxed);
+        let n = self.shared.burst.fetch_add(1, Relaxed);
+        n % (max + 1) != 0
+            && now.saturating_sub(last) < crate::config::COALESCE_GAP.as_nanos() as u64
+            && engine.runs_soon()
+    }
+
+    /// How many times this endpoint wrote to its rails (a `writev` that
+    /// moved bytes, any number of frames). A diagnostic: a burst of small
+    /// `isend`s leaves in a few writes (write coalescing,
+    /// `MULTIRAIL_COALESCE`).
+    #[doc(hidden)]
+    pub fn rail_writes(&self) -> u64 {
+        self.shared.writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn engine(&self) -> Result<&Engine, Error> {
         self.engine.as_ref().ok_or(Error::Shutdown)
     }
@@ -480,8 +508,15 @@ impl Endpoint {
     fn isend_raw(&self, peer: u32, tag: u64, data: Bytes) -> Result<SendRequest<'_>, Error> {
         self.check_peer(peer)?;
         self.engine()?;
+        let small = data.len() <= crate::config::COALESCE_MAX_BYTES;
         let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
-        self.shared.send_now_or_wake(wake);
+        if small && self.coalesce(self.engine()?) {
+            for i in wake {
+                self.shared.defer_slot(i);
+            }
+        } else {
+            self.shared.send_now_or_wake(wake);
+        }
         Ok(SendRequest { ep: self, id })
     }
 
@@ -634,6 +669,7 @@ pub struct SendRequest<'a> {
 impl SendRequest<'_> {
     /// True once the send completed (successfully or not).
     pub fn test(&self) -> bool {
+        self.ep.shared.flush_deferred();
         self.ep.shared.lock().done.contains_key(&self.id)
     }
     pub fn wait(self) -> Result<(), Error> {
@@ -656,6 +692,7 @@ pub struct RecvRequest<'a> {
 
 impl RecvRequest<'_> {
     pub fn test(&self) -> bool {
+        self.ep.shared.flush_deferred();
         self.ep.shared.lock().done.contains_key(&self.id)
     }
     /// The filled buffer and what matched.

@@ -140,6 +140,15 @@ pub struct Shared {
     /// Times an IO thread of the threaded engine returned from epoll
     /// (diagnostics: see `Endpoint::io_thread_wakeups`).
     pub io_wakeups: AtomicU64,
+    /// `isend`s since the last wait, and when the last one was made
+    /// (nanoseconds since `origin`): write coalescing (`Config::coalesce`).
+    pub burst: AtomicU64,
+    pub last_isend: AtomicU64,
+    /// Some slot's output was deferred and may not be written yet.
+    pub deferred_any: AtomicBool,
+    /// Flushes of a rail that wrote something (diagnostics: see
+    /// `Endpoint::rail_writes`).
+    pub writes: AtomicU64,
     /// Connections the core asked for, for the connector thread.
     pub connect_q: ConnectQueue,
     /// Replaced connections waiting to be closed (see [`PARK`]).
@@ -191,6 +200,10 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             conn_epoch: AtomicU64::new(0),
             io_wakeups: AtomicU64::new(0),
+            burst: AtomicU64::new(0),
+            last_isend: AtomicU64::new(0),
+            deferred_any: AtomicBool::new(false),
+            writes: AtomicU64::new(0),
             connect_q: ConnectQueue::default(),
             parked: Mutex::new(Vec::new()),
             woken: (0..rails).map(|_| Mutex::new(Vec::new())).collect(),
@@ -328,6 +341,30 @@ impl Shared {
         }
     }
 
+    /// Marks slot `i` as having output without waking its driver: the
+    /// next loop round of whoever runs it writes it (write coalescing).
+    pub fn defer_slot(&self, i: usize) {
+        let s = &self.slots[i];
+        self.deferred_any.store(true, Ordering::Release);
+        if !s.wake_pending.swap(true, Ordering::AcqRel) {
+            let mut w = self.woken[s.rail].lock().unwrap_or_else(|e| e.into_inner());
+            w.push(i);
+            self.woken_any[s.rail].store(true, Ordering::Release);
+        }
+    }
+
+    /// Writes deferred output from this thread where the rail is free
+    /// (`test` makes no other progress).
+    pub fn flush_deferred(&self) {
+        if self.deferred_any.swap(false, Ordering::AcqRel) {
+            for (i, s) in self.slots.iter().enumerate() {
+                if s.wake_pending.load(Ordering::Acquire) {
+                    self.try_send_now(i);
+                }
+            }
+        }
+    }
+
     /// True if a slot of `rail` was woken since the last `take_woken`.
     pub fn any_woken(&self, rail: RailId) -> bool {
         self.woken_any[rail].load(Ordering::Acquire)
@@ -446,6 +483,9 @@ impl Shared {
                 let q = rail.queued_bytes();
                 if q > 0 && q <= INLINE_WRITE {
                     inline = Some(rail.flush().map(|f| {
+                        if f.bytes > 0 {
+                            self.writes.fetch_add(1, Ordering::Relaxed);
+                        }
                         if f.frames > 0 {
                             c.on_sent(s.peer, s.rail, f.frames, now);
                         }
@@ -462,6 +502,9 @@ impl Shared {
                 None => {}
             }
             let f = rail.flush()?;
+            if f.bytes > 0 {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+            }
             written = f.frames;
             if f.blocked || f.bytes == 0 {
                 if written > 0 {

@@ -491,3 +491,97 @@ fn threaded_io_threads_stay_parked_while_a_waiter_spins() {
     }
     println!("IO thread wake-ups in {ROUNDS} round trips: {woke:?}");
 }
+
+/// A burst of small `isend`s leaves in a few vectored writes, not one per
+/// message (write coalescing, `MULTIRAIL_COALESCE`), and every message
+/// arrives in order; with coalescing off each message is a write. Both
+/// engines. A burst is broken only where the sender is preempted for more
+/// than 20 us between two `isend`s, so the bound is loose.
+#[test]
+fn a_burst_of_small_isends_leaves_in_few_writes() {
+    const N: u64 = 64;
+    for progress in [Progress::Polled, Progress::Threaded] {
+        for coalesce in [32, 0] {
+            let writes = job(
+                2,
+                |_| {
+                    Builder::new(multirail::Config { coalesce, ..Default::default() })
+                        .shm(ShmMode::Off)
+                        .progress(progress)
+                        .rails("tcp:127.0.0.1")
+                        .key("k")
+                },
+                |ep| {
+                    let mut buf = [0u8; 8];
+                    if ep.rank() == 0 {
+                        ep.send(1, 0, b"warm-up!").unwrap();
+                        ep.recv(Some(1), Some(0), &mut buf).unwrap();
+                        let before = ep.rail_writes();
+                        let reqs: Vec<Request> =
+                            (0..N).map(|i| ep.isend(1, i, i.to_le_bytes().to_vec()).unwrap().into()).collect();
+                        for r in ep.wait_all(reqs) {
+                            r.unwrap();
+                        }
+                        let writes = ep.rail_writes() - before;
+                        ep.recv(Some(1), Some(0), &mut buf).unwrap();
+                        writes
+                    } else {
+                        ep.recv(Some(0), Some(0), &mut buf).unwrap();
+                        ep.send(0, 0, b"warm-up!").unwrap();
+                        for i in 0..N {
+                            let st = ep.recv(Some(0), None, &mut buf).unwrap();
+                            assert_eq!((st.tag, u64::from_le_bytes(buf)), (i, i), "in order");
+                        }
+                        ep.send(0, 0, b"done").unwrap();
+                        0
+                    }
+                },
+            );
+            println!("{progress:?}, MULTIRAIL_COALESCE={coalesce}: {N} isends in {} writes", writes[0]);
+            if coalesce > 0 {
+                assert!(writes[0] < N / 2, "{progress:?}: {N} small isends took {} writes", writes[0]);
+            } else {
+                // (An engine thread that holds the connection when an
+                // isend comes writes several at once, rarely.)
+                assert!(writes[0] > N / 2, "{progress:?}, coalescing off: {N} isends took only {} writes", writes[0]);
+            }
+        }
+    }
+}
+
+/// A message left queued by a burst that the application never waits
+/// for still leaves: the engine writes it when its hand-off ends (1-2 ms)
+/// or when it next services the connection (an acknowledgement comes in),
+/// here long before the sender's next call 500 ms later.
+#[test]
+fn a_coalesced_message_leaves_without_a_wait() {
+    for progress in [Progress::Polled, Progress::Threaded] {
+        let arrived = Arc::new(AtomicBool::new(false));
+        let sender_waited = Arc::new(AtomicBool::new(false));
+        job(
+            2,
+            |_| builder("tcp:127.0.0.1", progress, "*:adaptive"),
+            |ep| {
+                let mut buf = [0u8; 8];
+                if ep.rank() == 0 {
+                    ep.send(1, 0, b"warm-up!").unwrap();
+                    ep.recv(Some(1), Some(0), &mut buf).unwrap();
+                    let a = ep.isend(1, 1, b"first".to_vec()).unwrap();
+                    let b = ep.isend(1, 2, b"second".to_vec()).unwrap();
+                    // No call into multirail for 500 ms.
+                    std::thread::sleep(Duration::from_millis(500));
+                    sender_waited.store(true, Ordering::SeqCst);
+                    a.wait().unwrap();
+                    b.wait().unwrap();
+                } else {
+                    ep.recv(Some(0), Some(0), &mut buf).unwrap();
+                    ep.send(0, 0, b"warm-up!").unwrap();
+                    ep.recv(Some(0), Some(1), &mut buf).unwrap();
+                    ep.recv(Some(0), Some(2), &mut buf).unwrap();
+                    arrived.store(!sender_waited.load(Ordering::SeqCst), Ordering::SeqCst);
+                }
+            },
+        );
+        assert!(arrived.load(Ordering::SeqCst), "{progress:?}: the second message waited for the sender's wait");
+    }
+}

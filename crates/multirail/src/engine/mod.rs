@@ -140,9 +140,25 @@ impl Engine {
     /// Blocks until `done` (checked with the shared state locked) or
     /// `deadline`; returns `done`.
     pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
+        // A wait ends a burst of `isend`s: what they left is written now
+        // (also when what it waits for is done already).
+        if shared.burst.swap(0, std::sync::atomic::Ordering::Relaxed) > 0 {
+            shared.flush_deferred();
+        }
         match self {
             Engine::Threaded(t) => t.wait_until(shared, done, deadline),
             Engine::Polled(p) => p.wait_until(shared, done, deadline),
+        }
+    }
+
+    /// True if the loop will run soon without being woken: an application
+    /// wait ended a moment ago (within the hand-off, while the background
+    /// keeps off) and no thread sleeps in the engine. Output queued
+    /// without a wake-up is then written within the hand-off at worst.
+    pub fn runs_soon(&self) -> bool {
+        match self {
+            Engine::Threaded(t) => t.runs_soon(),
+            Engine::Polled(p) => p.runs_soon(),
         }
     }
 

@@ -135,6 +135,14 @@ impl Polled {
         }
     }
 
+    /// See [`super::Engine::runs_soon`]: nobody waits (a waiter may be
+    /// asleep in epoll) and the background thread keeps off.
+    pub fn runs_soon(&self) -> bool {
+        let lp = &self.lp;
+        let since = lp.origin.elapsed().saturating_sub(Duration::from_nanos(lp.last_wait.load(Ordering::Acquire)));
+        lp.waiters.load(Ordering::Acquire) == 0 && since < HANDOFF
+    }
+
     pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
         let lp = &self.lp;
         lp.waiters.fetch_add(1, Ordering::AcqRel);

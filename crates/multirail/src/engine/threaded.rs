@@ -139,6 +139,14 @@ impl Threaded {
         Ok(Threaded { threads, wakers, app: Box::new(Mutex::new(app)), gate, spin })
     }
 
+    /// See [`super::Engine::runs_soon`]: the IO threads are parked in
+    /// the hand-off and will look at queued output when it ends.
+    pub fn runs_soon(&self) -> bool {
+        let g = &self.gate;
+        let since = g.origin.elapsed().saturating_sub(Duration::from_nanos(g.last_wait.load(Ordering::Acquire)));
+        g.spinning.load(Ordering::SeqCst) == 0 && g.sleeping.load(Ordering::SeqCst) == 0 && since < HANDOFF
+    }
+
     /// Waits until `done` (checked with the shared state locked) or
     /// `deadline`: runs the loop itself for the spin time, then sleeps
     /// until the IO threads complete something.
