@@ -52,6 +52,9 @@ pub struct Row {
     /// How many sequence numbers (ordered) or messages (unordered) this
     /// member has delivered or skipped (nulls) in `view`.
     pub delivered: u64,
+    /// Per sender position of `view`: how many of its messages this member
+    /// has delivered or skipped (the send window watches it).
+    pub delivered_from: Vec<u64>,
     /// This member has stopped sending and delivering in `view`; from then
     /// on `num_received` is final for `view`.
     pub wedged: bool,
@@ -151,6 +154,10 @@ impl Frame {
                 }
                 b.put_u64_le(r.seq_num);
                 b.put_u64_le(r.delivered);
+                b.put_u32_le(r.delivered_from.len() as u32);
+                for n in &r.delivered_from {
+                    b.put_u64_le(*n);
+                }
                 b.put_u8(r.wedged as u8);
                 b.put_u32_le(r.suspected.len() as u32);
                 for s in &r.suspected {
@@ -202,6 +209,7 @@ impl Frame {
                 let num_received = r.vec_u64()?;
                 let seq_num = r.u64()?;
                 let delivered = r.u64()?;
+                let delivered_from = r.vec_u64()?;
                 let wedged = match r.u8()? {
                     0 => false,
                     1 => true,
@@ -217,6 +225,7 @@ impl Frame {
                     num_received,
                     seq_num,
                     delivered,
+                    delivered_from,
                     wedged,
                     suspected,
                     proposal,

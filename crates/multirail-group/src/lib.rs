@@ -311,12 +311,14 @@ impl GroupCore {
         self.delivered
     }
     /// Payload bytes held: received and undelivered messages of others,
-    /// own messages kept until delivered everywhere, and frames of the next
-    /// view received before installing it.
+    /// own messages kept until delivered everywhere or carried over from
+    /// the previous view, and frames of the next view received before
+    /// installing it.
     pub fn buffered_bytes(&self) -> usize {
         let others: usize =
             self.logs.iter().enumerate().filter(|(p, _)| Some(*p) != self.my_pos).map(|(_, l)| l.bytes).sum();
-        others + self.own_bytes + self.stash_bytes
+        let carried: usize = self.carry.iter().map(|b| b.len()).sum();
+        others + self.own_bytes + self.stash_bytes + carried
     }
     /// Own messages held to be sent when the view allows.
     pub fn carried(&self) -> usize {
@@ -330,7 +332,8 @@ impl GroupCore {
     /// The row of `j` if it is about the current view.
     fn row(&self, j: Rank) -> Option<&Row> {
         let r = self.rows[j as usize].as_ref()?;
-        (r.view == self.view && r.num_received.len() == self.senders.len()).then_some(r)
+        let s = self.senders.len();
+        (r.view == self.view && r.num_received.len() == s && r.delivered_from.len() == s).then_some(r)
     }
 
     fn others(&self) -> impl Iterator<Item = Rank> + '_ {
@@ -365,13 +368,13 @@ impl GroupCore {
             return true;
         }
         let old = i - self.window;
-        match self.mode {
-            Mode::Ordered => {
-                let need = self.seq(pos, old) + 1;
-                self.delivered >= need && self.others().all(|j| self.row(j).is_some_and(|r| r.delivered >= need))
-            }
-            Mode::Unordered => self.others().all(|j| self.row(j).is_some_and(|r| r.num_received[pos] > old)),
-        }
+        self.next_deliver[pos] > old && self.others().all(|j| self.delivered_everywhere_at(j, pos, old))
+    }
+
+    /// Member `j`'s row says it delivered message `index` of the sender at
+    /// `pos` (of the current view).
+    fn delivered_everywhere_at(&self, j: Rank, pos: usize, index: u64) -> bool {
+        self.row(j).is_some_and(|r| r.delivered_from.get(pos).is_some_and(|d| *d > index))
     }
 
     fn send_now(&mut self, payload: Bytes) -> u64 {
@@ -638,16 +641,8 @@ impl GroupCore {
         let Some(pos) = self.my_pos else { return };
         while let Some((index, _)) = self.own.front() {
             let index = *index;
-            let done = match self.mode {
-                Mode::Ordered => {
-                    let need = self.seq(pos, index) + 1;
-                    self.delivered >= need && self.others().all(|j| self.row(j).is_some_and(|r| r.delivered >= need))
-                }
-                Mode::Unordered => {
-                    self.next_deliver[pos] > index
-                        && self.others().all(|j| self.row(j).is_some_and(|r| r.num_received[pos] > index))
-                }
-            };
+            let done =
+                self.next_deliver[pos] > index && self.others().all(|j| self.delivered_everywhere_at(j, pos, index));
             if !done {
                 break;
             }
@@ -794,6 +789,7 @@ impl GroupCore {
             num_received: self.logs.iter().map(|l| l.contig).collect(),
             seq_num: self.seq_num(),
             delivered: self.delivered,
+            delivered_from: self.next_deliver.clone(),
             wedged: self.wedged,
             suspected: self.suspected.iter().copied().collect(),
             proposal: self.proposal.clone(),
