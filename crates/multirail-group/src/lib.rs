@@ -326,7 +326,7 @@ impl GroupCore {
     }
 
     fn seq(&self, pos: usize, index: u64) -> u64 {
-        index * self.senders.len() as u64 + pos as u64
+        index.saturating_mul(self.senders.len() as u64).saturating_add(pos as u64)
     }
 
     /// The row of `j` if it is about the current view.
@@ -657,7 +657,6 @@ impl GroupCore {
         let leader = survivors[0]; // never empty: we do not suspect ourselves
         if leader == self.me {
             if self.proposal.is_none() {
-                let s = self.senders.len();
                 let mut trim: Vec<u64> = self.logs.iter().map(|l| l.contig).collect();
                 let mut ready = true;
                 for j in &survivors {
@@ -666,8 +665,8 @@ impl GroupCore {
                     }
                     match self.row(*j) {
                         Some(r) if r.wedged => {
-                            for p in 0..s {
-                                trim[p] = trim[p].min(r.num_received[p]);
+                            for (t, n) in trim.iter_mut().zip(&r.num_received) {
+                                *t = (*t).min(*n);
                             }
                         }
                         _ => ready = false,
@@ -733,7 +732,7 @@ impl GroupCore {
                     .iter()
                     .enumerate()
                     .filter(|(_, t)| **t > 0)
-                    .map(|(pos, t)| self.seq(pos, t - 1) + 1)
+                    .map(|(pos, t)| self.seq(pos, t - 1).saturating_add(1))
                     .max()
                     .unwrap_or(0);
                 for q in self.delivered..end {

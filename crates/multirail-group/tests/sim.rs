@@ -49,11 +49,17 @@ struct Params {
     kills: Vec<(u64, Rank)>,
     /// Tell survivors through on_peer_lost (else only the timeout finds it).
     notify: bool,
+    /// This long (µs) after a survivor first wedges, kill the member it
+    /// sees leading the change (if one would stay alive).
+    kill_leader_after: Option<u64>,
 }
 
 const TICK_US: u64 = 1_000;
 const TIMEOUT: Duration = Duration::from_millis(150);
 const LIMIT_US: u64 = 30_000_000;
+
+/// (arrival µs, tie-break, to, from, encoded frame)
+type InFlight = (u64, u64, Rank, Rank, Vec<u8>);
 
 struct Node {
     core: GroupCore,
@@ -61,6 +67,8 @@ struct Node {
     /// (view, sender, index, payload)
     delivered: Vec<(u64, Rank, u64, Bytes)>,
     seen: HashSet<(Rank, u32)>,
+    /// View in which each own message was accepted by send().
+    sent_in: Vec<u64>,
     views: Vec<(u64, Vec<Rank>)>,
     quota: u32,
     counter: u32,
@@ -74,7 +82,7 @@ struct Sim {
     now: u64,
     nodes: Vec<Node>,
     /// (arrival µs, tie-break, to, from, encoded frame)
-    heap: BinaryHeap<Reverse<(u64, u64, Rank, Rank, Vec<u8>)>>,
+    heap: BinaryHeap<Reverse<InFlight>>,
     tie: u64,
     /// Per (from, to): when the last data frame arrives (FIFO data).
     data_clock: BTreeMap<(Rank, Rank), u64>,
@@ -82,6 +90,40 @@ struct Sim {
     losses: Vec<(u64, Rank, Rank)>,
     frames: u64,
     bound: usize,
+    stats: Stats,
+}
+
+/// What a run exercised, so that the tests can show they test something.
+#[derive(Clone, Debug, Default)]
+struct Stats {
+    runs: u64,
+    null_frames: u64,
+    window_full: u64,
+    wedged_refusals: u64,
+    /// Installed views (counted once per run, at the first live member).
+    view_changes: u64,
+    /// Members killed while a survivor was wedged (a change under way).
+    kills_during_change: u64,
+    /// Kills of the member that was leading an ongoing change.
+    leader_kills_during_change: u64,
+    carried: u64,
+    trim_deliveries: u64,
+    max_buffer_ratio: f64,
+}
+
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        self.runs += o.runs;
+        self.null_frames += o.null_frames;
+        self.window_full += o.window_full;
+        self.wedged_refusals += o.wedged_refusals;
+        self.view_changes += o.view_changes;
+        self.kills_during_change += o.kills_during_change;
+        self.leader_kills_during_change += o.leader_kills_during_change;
+        self.carried += o.carried;
+        self.trim_deliveries += o.trim_deliveries;
+        self.max_buffer_ratio = self.max_buffer_ratio.max(o.max_buffer_ratio);
+    }
 }
 
 fn payload(origin: Rank, counter: u32, size: usize) -> Bytes {
@@ -119,6 +161,7 @@ impl Sim {
                     alive: true,
                     delivered: Vec::new(),
                     seen: HashSet::new(),
+                    sent_in: Vec::new(),
                     views: Vec::new(),
                     quota: if declared.contains(&me) { p.per_sender } else { 0 },
                     counter: 0,
@@ -143,11 +186,15 @@ impl Sim {
             losses: Vec::new(),
             frames: 0,
             bound,
+            stats: Stats { runs: 1, ..Stats::default() },
         }
     }
 
     fn schedule(&mut self, from: Rank, to: Rank, frame: Frame) {
         let is_data = !matches!(frame, Frame::Row(_));
+        if matches!(frame, Frame::Null { .. }) {
+            self.stats.null_frames += 1;
+        }
         let bytes = frame.encode();
         // A rail of ~1 GB/s: a µs per KB on top of the latency.
         let size_us = bytes.len() as u64 / 1000;
@@ -185,6 +232,12 @@ impl Sim {
                             );
                         }
                     }
+                    if installs {
+                        self.stats.trim_deliveries += 1;
+                    }
+                    if view > self.nodes[id.0 as usize].sent_in[id.1 as usize] {
+                        self.stats.carried += 1;
+                    }
                     let node = &mut self.nodes[who as usize];
                     assert!(node.seen.insert(id), "{who} delivered {id:?} twice");
                     node.delivered.push((view, sender, index, payload));
@@ -213,15 +266,39 @@ impl Sim {
         node.snapshot = snap;
         let b = c.buffered_bytes();
         node.max_buffered = node.max_buffered.max(b);
+        self.stats.max_buffer_ratio = self.stats.max_buffer_ratio.max(b as f64 / self.bound as f64);
         assert!(b <= self.bound, "{who} buffers {b} bytes, bound {}", self.bound);
     }
 
     fn tick(&mut self) {
         let now = self.now;
+        if let Some(d) = self.p.kill_leader_after {
+            let alive = self.nodes.iter().filter(|n| n.alive).count();
+            if let Some(n) = self.nodes.iter().find(|n| n.alive && n.core.is_wedged()) {
+                let sus: Vec<Rank> = n.core.suspected().collect();
+                if let Some(l) = n.core.members().iter().find(|m| !sus.contains(m)) {
+                    if alive >= 2 {
+                        self.p.kills.push((now + d, *l));
+                    }
+                    self.p.kill_leader_after = None;
+                }
+            }
+        }
         while let Some(pos) = self.p.kills.iter().position(|(t, _)| *t <= now) {
             let (_, r) = self.p.kills.remove(pos);
             if !self.nodes[r as usize].alive {
                 continue;
+            }
+            let changing: Vec<&Node> = self.nodes.iter().filter(|n| n.alive && n.core.is_wedged()).collect();
+            if !changing.is_empty() {
+                self.stats.kills_during_change += 1;
+                // The leader of a change is the lowest unsuspected member.
+                if changing.iter().any(|n| {
+                    let sus: Vec<Rank> = n.core.suspected().collect();
+                    n.core.members().iter().find(|m| !sus.contains(m)) == Some(&r)
+                }) {
+                    self.stats.leader_kills_during_change += 1;
+                }
             }
             self.nodes[r as usize].alive = false;
             if self.p.notify {
@@ -256,10 +333,19 @@ impl Sim {
                     let node = &mut self.nodes[who as usize];
                     match node.core.send(payload(who, node.counter, size)) {
                         Ok(_) => {
+                            let v = node.core.view_id();
+                            node.sent_in.push(v);
                             node.counter += 1;
                             node.quota -= 1;
                         }
-                        Err(SendError::WindowFull) | Err(SendError::Wedged) => break,
+                        Err(SendError::WindowFull) => {
+                            self.stats.window_full += 1;
+                            break;
+                        }
+                        Err(SendError::Wedged) => {
+                            self.stats.wedged_refusals += 1;
+                            break;
+                        }
                         Err(e) => panic!("{who}: send: {e:?}"),
                     }
                 }
@@ -334,6 +420,8 @@ impl Sim {
             }
         }
         self.check();
+        let first = self.nodes.iter().find(|n| n.alive).unwrap();
+        self.stats.view_changes = first.views.len() as u64;
     }
 
     fn state(&self) -> String {
@@ -440,6 +528,7 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
         reorder_data: rng.chance(1, 2),
         kills: Vec::new(),
         notify: rng.chance(1, 2),
+        kill_leader_after: None,
     };
     if kills {
         let t = rng.range(1_000, 60_000);
@@ -447,9 +536,8 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
         p.kills.push((t, victim));
         // Sometimes kill the member that leads the change (the lowest
         // survivor) while it is under way, keeping at least two alive.
-        if n >= 4 && rng.chance(1, 2) {
-            let leader = (0..n).find(|r| *r != victim).unwrap();
-            p.kills.push((t + rng.range(0, 200_000), leader));
+        if rng.chance(1, 2) {
+            p.kill_leader_after = Some(rng.range(0, 8_000));
         } else if rng.chance(1, 3) && n >= 4 {
             let other = (0..n).rev().find(|r| *r != victim).unwrap();
             p.kills.push((t + rng.range(0, 300_000), other));
@@ -458,7 +546,7 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
     p
 }
 
-fn run_seed(seed: u64, kills: bool) {
+fn run_seed(seed: u64, kills: bool) -> Stats {
     let mut rng = Rng::new(seed ^ 0xabcdef);
     let p = random_params(&mut rng, kills);
     let desc = format!("seed {seed} {p:?}");
@@ -468,7 +556,7 @@ fn run_seed(seed: u64, kills: bool) {
         sim
     });
     match r {
-        Ok(_) => {}
+        Ok(sim) => sim.stats,
         Err(e) => {
             eprintln!("FAILED {desc}");
             std::panic::resume_unwind(e)
@@ -478,16 +566,30 @@ fn run_seed(seed: u64, kills: bool) {
 
 #[test]
 fn many_seeds_no_failures() {
+    let mut st = Stats::default();
     for seed in 0..200 {
-        run_seed(seed, false);
+        st.add(&run_seed(seed, false));
     }
+    eprintln!("{st:?}");
+    assert_eq!(st.view_changes, 0);
+    assert!(st.null_frames > 1000, "nulls exercised");
+    assert!(st.window_full > 1000, "full windows exercised");
+    assert!(st.max_buffer_ratio > 0.3, "the bound is not vacuous");
 }
 
 #[test]
 fn many_seeds_with_kills() {
+    let mut st = Stats::default();
     for seed in 1000..1200 {
-        run_seed(seed, true);
+        st.add(&run_seed(seed, true));
     }
+    eprintln!("{st:?}");
+    assert!(st.view_changes >= 200);
+    assert!(st.kills_during_change >= 20, "kills during a change");
+    assert!(st.leader_kills_during_change >= 10, "leader killed mid-change");
+    assert!(st.trim_deliveries > 100, "ragged trims deliver something");
+    assert!(st.carried > 0, "own messages delivered in a later view");
+    assert!(st.wedged_refusals > 0);
 }
 
 #[test]
@@ -502,6 +604,7 @@ fn all_senders_ordered_three_members() {
         reorder_data: true,
         kills: Vec::new(),
         notify: false,
+        kill_leader_after: None,
     };
     let mut sim = Sim::new(p, 7);
     sim.run();
@@ -510,22 +613,44 @@ fn all_senders_ordered_three_members() {
 
 #[test]
 fn kill_leader_during_change() {
-    for seed in 0..20 {
+    let mut st = Stats::default();
+    for seed in 0..100u64 {
+        let mut rng = Rng::new(seed + 77);
+        let n = rng.range(3, 5) as u32;
         let p = Params {
-            n: 5,
+            n,
             senders: Senders::All,
-            mode: Mode::Ordered,
-            window: 4,
+            mode: if seed % 5 == 4 { Mode::Unordered } else { Mode::Ordered },
+            window: rng.range(1, 6) as u32,
             max_size: 200,
             per_sender: 40,
             reorder_data: seed % 2 == 0,
-            // 4 dies; 0 leads the change and dies during it; then 1 leads.
-            kills: vec![(5_000 + seed * 1_000, 4), (5_000 + seed * 1_000 + seed * 10_000, 0)],
+            kills: vec![(rng.range(2_000, 40_000), rng.below(n as u64) as Rank)],
             notify: seed % 3 != 0,
+            kill_leader_after: Some(rng.range(0, 1_500)),
         };
-        let mut sim = Sim::new(p, seed);
-        sim.run();
-        let last = sim.nodes[1].views.last().unwrap();
-        assert_eq!(last.1, vec![1, 2, 3]);
+        let desc = format!("seed {seed} {p:?}");
+        let r = std::panic::catch_unwind(|| {
+            let mut sim = Sim::new(p, seed);
+            sim.run();
+            sim
+        });
+        match r {
+            Ok(sim) => {
+                // Everybody left agrees on a view of exactly the living.
+                let live: Vec<Rank> = (0..n).filter(|r| sim.nodes[*r as usize].alive).collect();
+                assert_eq!(live.len(), n as usize - 2);
+                for r in &live {
+                    assert_eq!(sim.nodes[*r as usize].core.members(), &live[..]);
+                }
+                st.add(&sim.stats);
+            }
+            Err(e) => {
+                eprintln!("FAILED {desc}");
+                std::panic::resume_unwind(e)
+            }
+        }
     }
+    eprintln!("{st:?}");
+    assert!(st.leader_kills_during_change >= 80, "{st:?}");
 }
