@@ -52,6 +52,8 @@ struct Params {
     /// This long (µs) after a survivor first wedges, kill the member it
     /// sees leading the change (if one would stay alive).
     kill_leader_after: Option<u64>,
+    /// One frame in a hundred takes 5 to 40 ms longer (rows too).
+    spikes: bool,
 }
 
 const TICK_US: u64 = 1_000;
@@ -199,6 +201,9 @@ impl Sim {
         // A rail of ~1 GB/s: a µs per KB on top of the latency.
         let size_us = bytes.len() as u64 / 1000;
         let mut at = self.now + self.rng.range(20, 2_000) + size_us;
+        if self.p.spikes && self.rng.chance(1, 100) {
+            at += self.rng.range(5_000, 40_000);
+        }
         if is_data && !self.p.reorder_data {
             let c = self.data_clock.entry((from, to)).or_insert(0);
             at = at.max(*c);
@@ -212,6 +217,14 @@ impl Sim {
         // Deliveries in the batch that installs a view are the ragged trim:
         // every survivor holds them, a dead member need not.
         let installs = effects.iter().any(|e| matches!(e, Effect::ViewChange { .. }));
+        // Rows are coalesced: one per peer per turn at most.
+        let mut rows_to = Vec::new();
+        for e in &effects {
+            if let Effect::Send { to, frame: Frame::Row(_) } = e {
+                assert!(!rows_to.contains(to), "{who} sent two rows to {to} in one turn");
+                rows_to.push(*to);
+            }
+        }
         for e in effects {
             match e {
                 Effect::Send { to, frame } => {
@@ -301,6 +314,14 @@ impl Sim {
                 }
             }
             self.nodes[r as usize].alive = false;
+            // A crash loses some of what the victim had in flight, so the
+            // survivors hold different prefixes of its messages.
+            let flying = std::mem::take(&mut self.heap).into_vec();
+            for Reverse(e) in flying {
+                if e.3 != r || self.rng.chance(1, 2) {
+                    self.heap.push(Reverse(e));
+                }
+            }
             if self.p.notify {
                 for j in 0..self.p.n {
                     if j != r && self.rng.chance(3, 4) {
@@ -529,6 +550,7 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
         kills: Vec::new(),
         notify: rng.chance(1, 2),
         kill_leader_after: None,
+        spikes: rng.chance(1, 2),
     };
     if kills {
         let t = rng.range(1_000, 60_000);
@@ -541,6 +563,10 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
         } else if rng.chance(1, 3) && n >= 4 {
             let other = (0..n).rev().find(|r| *r != victim).unwrap();
             p.kills.push((t + rng.range(0, 300_000), other));
+            if n == 5 && rng.chance(1, 2) {
+                let third = (0..n).find(|r| *r != victim && *r != other).unwrap();
+                p.kills.push((t + rng.range(0, 300_000), third));
+            }
         }
     }
     p
@@ -564,10 +590,15 @@ fn run_seed(seed: u64, kills: bool) -> Stats {
     }
 }
 
+/// Seeds per randomized test: 200, or `GROUP_SIM_SEEDS`.
+fn seeds() -> u64 {
+    std::env::var("GROUP_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200)
+}
+
 #[test]
 fn many_seeds_no_failures() {
     let mut st = Stats::default();
-    for seed in 0..200 {
+    for seed in 0..seeds() {
         st.add(&run_seed(seed, false));
     }
     eprintln!("{st:?}");
@@ -580,7 +611,7 @@ fn many_seeds_no_failures() {
 #[test]
 fn many_seeds_with_kills() {
     let mut st = Stats::default();
-    for seed in 1000..1200 {
+    for seed in 1_000_000..1_000_000 + seeds() {
         st.add(&run_seed(seed, true));
     }
     eprintln!("{st:?}");
@@ -605,6 +636,7 @@ fn all_senders_ordered_three_members() {
         kills: Vec::new(),
         notify: false,
         kill_leader_after: None,
+        spikes: false,
     };
     let mut sim = Sim::new(p, 7);
     sim.run();
@@ -628,6 +660,7 @@ fn kill_leader_during_change() {
             kills: vec![(rng.range(2_000, 40_000), rng.below(n as u64) as Rank)],
             notify: seed % 3 != 0,
             kill_leader_after: Some(rng.range(0, 1_500)),
+            spikes: seed % 4 == 1,
         };
         let desc = format!("seed {seed} {p:?}");
         let r = std::panic::catch_unwind(|| {
