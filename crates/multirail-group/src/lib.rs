@@ -89,10 +89,15 @@ pub struct GroupConfig {
     pub failure_timeout: Duration,
     /// How often this member bumps its heartbeat (and so pushes its row).
     pub heartbeat_interval: Duration,
+    /// Stop (`Effect::Partitioned`) rather than go on when half or more of
+    /// the view is suspected, so that a cut-off minority never installs a
+    /// view of its own. Derecho's rule, on here by default.
+    pub partition_safety: bool,
 }
 
 impl GroupConfig {
-    /// All members send, ordered, window 16, timeout 1 s, heartbeat 10 ms.
+    /// All members send, ordered, window 16, timeout 1 s, heartbeat 10 ms,
+    /// partition safety on.
     pub fn new(members: u32, me: Rank) -> GroupConfig {
         GroupConfig {
             members,
@@ -102,6 +107,7 @@ impl GroupConfig {
             mode: Mode::Ordered,
             failure_timeout: Duration::from_secs(1),
             heartbeat_interval: Duration::from_millis(10),
+            partition_safety: true,
         }
     }
 }
@@ -147,6 +153,9 @@ pub enum Effect {
     /// The others installed a view without this member (or suspect it):
     /// the core stops for good.
     Expelled { view_id: u64 },
+    /// This member suspects half or more of its view (partition safety):
+    /// it may be the one cut off, so it stops for good rather than go on.
+    Partitioned { view_id: u64 },
 }
 
 /// One group member's ordering state machine.
@@ -158,6 +167,7 @@ pub struct GroupCore {
     mode: Mode,
     timeout: Duration,
     hb_interval: Duration,
+    partition_safety: bool,
 
     view: u64,
     members: Vec<Rank>,
@@ -226,6 +236,7 @@ impl GroupCore {
             mode: cfg.mode,
             timeout: cfg.failure_timeout,
             hb_interval: cfg.heartbeat_interval,
+            partition_safety: cfg.partition_safety,
             view: 0,
             members: (0..cfg.members).collect(),
             senders: Vec::new(),
@@ -654,6 +665,13 @@ impl GroupCore {
     /// Wedged: lead or follow the change; true if a view was installed.
     fn view_change(&mut self) -> bool {
         let survivors: Vec<Rank> = self.members.iter().copied().filter(|m| !self.suspected.contains(m)).collect();
+        if self.partition_safety && survivors.len() * 2 <= self.members.len() {
+            if !self.stopped {
+                self.stopped = true;
+                self.effects.push(Effect::Partitioned { view_id: self.view });
+            }
+            return false;
+        }
         let leader = survivors[0]; // never empty: we do not suspect ourselves
         if leader == self.me {
             if self.proposal.is_none() {
@@ -706,6 +724,7 @@ impl GroupCore {
     /// no higher than what we hold.
     fn valid(&self, p: &Proposal) -> bool {
         p.view == self.view
+            && (!self.partition_safety || p.members.len() * 2 > self.members.len())
             && p.trim.len() == self.senders.len()
             && p.members.contains(&self.me)
             && p.members.iter().all(|m| self.members.contains(m))

@@ -54,6 +54,12 @@ struct Params {
     kill_leader_after: Option<u64>,
     /// One frame in a hundred takes 5 to 40 ms longer (rows too).
     spikes: bool,
+    partition_safety: bool,
+    /// From this time (µs) on, every frame to or from this rank is lost,
+    /// but the member keeps running.
+    silence: Option<(u64, Rank)>,
+    /// Members allowed to stop (Expelled or Partitioned).
+    may_stop: Vec<Rank>,
 }
 
 const TICK_US: u64 = 1_000;
@@ -110,6 +116,7 @@ struct Stats {
     leader_kills_during_change: u64,
     carried: u64,
     trim_deliveries: u64,
+    stopped: u64,
     max_buffer_ratio: f64,
 }
 
@@ -124,6 +131,7 @@ impl Stats {
         self.leader_kills_during_change += o.leader_kills_during_change;
         self.carried += o.carried;
         self.trim_deliveries += o.trim_deliveries;
+        self.stopped += o.stopped;
         self.max_buffer_ratio = self.max_buffer_ratio.max(o.max_buffer_ratio);
     }
 }
@@ -158,6 +166,7 @@ impl Sim {
                 cfg.mode = p.mode;
                 cfg.failure_timeout = TIMEOUT;
                 cfg.heartbeat_interval = Duration::from_millis(5);
+                cfg.partition_safety = p.partition_safety;
                 Node {
                     core: GroupCore::new(cfg).unwrap(),
                     alive: true,
@@ -193,6 +202,12 @@ impl Sim {
     }
 
     fn schedule(&mut self, from: Rank, to: Rank, frame: Frame) {
+        if let Some((t, r)) = self.p.silence
+            && self.now >= t
+            && (from == r || to == r)
+        {
+            return;
+        }
         let is_data = !matches!(frame, Frame::Row(_));
         if matches!(frame, Frame::Null { .. }) {
             self.stats.null_frames += 1;
@@ -215,8 +230,11 @@ impl Sim {
 
     fn handle(&mut self, who: Rank, effects: Vec<Effect>) {
         // Deliveries in the batch that installs a view are the ragged trim:
-        // every survivor holds them, a dead member need not.
-        let installs = effects.iter().any(|e| matches!(e, Effect::ViewChange { .. }));
+        // every member of the new view holds them, an excluded one need not.
+        let installs: Option<Vec<Rank>> = effects.iter().find_map(|e| match e {
+            Effect::ViewChange { members, .. } => Some(members.clone()),
+            _ => None,
+        });
         // Rows are coalesced: one per peer per turn at most.
         let mut rows_to = Vec::new();
         for e in &effects {
@@ -237,7 +255,8 @@ impl Sim {
                     // Every member of the view still in it holds it (a dead
                     // one is frozen at its death, so it held it then).
                     for (j, n) in self.nodes.iter().enumerate() {
-                        if j as Rank != who && n.core.view_id() == view && (n.alive || !installs) {
+                        let held_by = installs.as_ref().is_none_or(|m| m.contains(&(j as Rank)));
+                        if j as Rank != who && n.core.view_id() == view && held_by {
                             let got = n.core.num_received(sender).unwrap_or(0);
                             assert!(
                                 got > index,
@@ -245,7 +264,7 @@ impl Sim {
                             );
                         }
                     }
-                    if installs {
+                    if installs.is_some() {
                         self.stats.trim_deliveries += 1;
                     }
                     if view > self.nodes[id.0 as usize].sent_in[id.1 as usize] {
@@ -259,8 +278,10 @@ impl Sim {
                     self.nodes[who as usize].views.push((view_id, members));
                 }
                 Effect::Wedged { .. } => {}
-                Effect::Expelled { view_id } => {
-                    panic!("{who} expelled in view {view_id}")
+                Effect::Expelled { view_id } | Effect::Partitioned { view_id } => {
+                    assert!(self.p.may_stop.contains(&who), "{who} stopped in view {view_id}");
+                    self.nodes[who as usize].alive = false;
+                    self.stats.stopped += 1;
                 }
             }
         }
@@ -328,6 +349,21 @@ impl Sim {
                         let at = now + self.rng.range(0, 100_000);
                         self.losses.push((at, j, r));
                     }
+                }
+            }
+        }
+        if let Some((t, r)) = self.p.silence
+            && t <= now
+            && t + TICK_US > now
+            && self.p.notify
+        {
+            // The channel sees every rail between r and the others go.
+            for j in 0..self.p.n {
+                if j != r {
+                    let at = now + self.rng.range(0, 100_000);
+                    self.losses.push((at, j, r));
+                    let at = now + self.rng.range(0, 100_000);
+                    self.losses.push((at, r, j));
                 }
             }
         }
@@ -401,6 +437,15 @@ impl Sim {
     }
 
     fn run(&mut self) {
+        self.advance(None);
+        self.check();
+        let first = self.nodes.iter().find(|n| n.alive).unwrap();
+        self.stats.view_changes = first.views.len() as u64;
+    }
+
+    /// Runs until done, or until `until` µs if given (then without
+    /// checking that it is done).
+    fn advance(&mut self, until: Option<u64>) {
         let mut next_tick = 0;
         let mut steps = 0u64;
         loop {
@@ -432,17 +477,17 @@ impl Sim {
                 }
             } else {
                 self.now = next_tick;
+                if until.is_some_and(|u| self.now >= u) {
+                    return;
+                }
                 assert!(self.now < LIMIT_US, "no progress within the time limit: {}", self.state());
                 self.tick();
                 next_tick += TICK_US;
-                if self.p.kills.is_empty() && self.losses.is_empty() && self.done() {
-                    break;
+                if until.is_none() && self.p.kills.is_empty() && self.losses.is_empty() && self.done() {
+                    return;
                 }
             }
         }
-        self.check();
-        let first = self.nodes.iter().find(|n| n.alive).unwrap();
-        self.stats.view_changes = first.views.len() as u64;
     }
 
     fn state(&self) -> String {
@@ -551,6 +596,9 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
         notify: rng.chance(1, 2),
         kill_leader_after: None,
         spikes: rng.chance(1, 2),
+        partition_safety: false,
+        silence: None,
+        may_stop: Vec::new(),
     };
     if kills {
         let t = rng.range(1_000, 60_000);
@@ -569,6 +617,8 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
             }
         }
     }
+    // One death always leaves a majority: then partition safety is on.
+    p.partition_safety = p.kills.len() <= 1 && p.kill_leader_after.is_none();
     p
 }
 
@@ -637,6 +687,9 @@ fn all_senders_ordered_three_members() {
         notify: false,
         kill_leader_after: None,
         spikes: false,
+        partition_safety: true,
+        silence: None,
+        may_stop: Vec::new(),
     };
     let mut sim = Sim::new(p, 7);
     sim.run();
@@ -661,6 +714,9 @@ fn kill_leader_during_change() {
             notify: seed % 3 != 0,
             kill_leader_after: Some(rng.range(0, 1_500)),
             spikes: seed % 4 == 1,
+            partition_safety: false,
+            silence: None,
+            may_stop: Vec::new(),
         };
         let desc = format!("seed {seed} {p:?}");
         let r = std::panic::catch_unwind(|| {
@@ -686,4 +742,84 @@ fn kill_leader_during_change() {
     }
     eprintln!("{st:?}");
     assert!(st.leader_kills_during_change >= 80, "{st:?}");
+}
+
+fn quiet(n: u32) -> Params {
+    Params {
+        n,
+        senders: Senders::All,
+        mode: Mode::Ordered,
+        window: 4,
+        max_size: 300,
+        per_sender: 40,
+        reorder_data: false,
+        kills: Vec::new(),
+        notify: false,
+        kill_leader_after: None,
+        spikes: false,
+        partition_safety: true,
+        silence: None,
+        may_stop: Vec::new(),
+    }
+}
+
+/// All rails of a member go silent while it keeps running: the others
+/// exclude it and go on; it finds itself in a minority and stops instead of
+/// installing a view of its own; what it delivered is a prefix of theirs.
+#[test]
+fn silenced_member_stops_and_the_rest_go_on() {
+    let mut st = Stats::default();
+    for seed in 0..100u64 {
+        let mut rng = Rng::new(seed + 4242);
+        let n = rng.range(3, 5) as u32;
+        let r = rng.below(n as u64) as Rank;
+        let mut p = quiet(n);
+        p.mode = if seed % 4 == 3 { Mode::Unordered } else { Mode::Ordered };
+        p.window = rng.range(1, 6) as u32;
+        p.reorder_data = seed % 2 == 0;
+        p.spikes = seed % 3 == 0;
+        p.notify = seed % 5 < 3;
+        p.silence = Some((rng.range(1_000, 50_000), r));
+        p.may_stop = vec![r];
+        let desc = format!("seed {seed} {p:?}");
+        let res = std::panic::catch_unwind(|| {
+            let mut sim = Sim::new(p, seed);
+            sim.run();
+            sim
+        });
+        match res {
+            Ok(sim) => {
+                assert!(!sim.nodes[r as usize].alive, "the silenced member did not stop");
+                assert!(sim.nodes[r as usize].views.is_empty(), "the silenced member installed a view");
+                let live: Vec<Rank> = (0..n).filter(|j| *j != r).collect();
+                for j in &live {
+                    assert_eq!(sim.nodes[*j as usize].core.members(), &live[..]);
+                }
+                st.add(&sim.stats);
+            }
+            Err(e) => {
+                eprintln!("FAILED {desc}");
+                std::panic::resume_unwind(e)
+            }
+        }
+    }
+    eprintln!("{st:?}");
+    assert_eq!(st.stopped, 100);
+}
+
+/// With partition safety, a member of 3 that loses both others at once
+/// stops (Partitioned) rather than carry on alone.
+#[test]
+fn lone_survivor_of_three_stops_with_partition_safety() {
+    for seed in 0..20u64 {
+        let mut p = quiet(3);
+        p.kills = vec![(10_000 + seed * 500, 0), (10_000 + seed * 500, 2)];
+        p.notify = seed % 2 == 0;
+        p.may_stop = vec![1];
+        let mut sim = Sim::new(p, seed);
+        sim.advance(Some(2_000_000));
+        assert!(sim.nodes[1].core.is_stopped());
+        assert!(sim.nodes[1].views.is_empty());
+        assert_eq!(sim.stats.stopped, 1);
+    }
 }
