@@ -38,6 +38,37 @@
 //! the next view without the suspected members and re-sends its own
 //! messages that fell past the trim. See README.md for the guarantees and
 //! what is not promised.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use multirail_group::{Effect, GroupConfig, GroupCore, Senders};
+//!
+//! // Two members; member 1 sends. Frames go through their byte encoding.
+//! let mk = |me| {
+//!     let cfg = GroupConfig { senders: Senders::One(1), ..GroupConfig::new(2, me) };
+//!     GroupCore::new(cfg).unwrap()
+//! };
+//! let mut g = [mk(0), mk(1)];
+//! g[1].send(Bytes::from_static(b"hello")).unwrap();
+//! let mut delivered = vec![Vec::new(), Vec::new()];
+//! for _ in 0..4 {
+//!     for me in 0..2 {
+//!         for e in g[me].drain_effects() {
+//!             match e {
+//!                 Effect::Send { to, frame } => {
+//!                     let bytes = frame.encode();
+//!                     let frame = multirail_group::Frame::decode(&bytes).unwrap();
+//!                     g[to as usize].on_message(me as u32, frame);
+//!                 }
+//!                 Effect::Deliver { sender, payload, .. } => delivered[me].push((sender, payload)),
+//!                 _ => {}
+//!             }
+//!         }
+//!     }
+//! }
+//! assert_eq!(delivered[0], vec![(1, Bytes::from_static(b"hello"))]);
+//! assert_eq!(delivered[0], delivered[1]);
+//! ```
 
 #![forbid(unsafe_code)]
 
@@ -135,6 +166,8 @@ pub enum SendError {
     NotASender,
     /// This member was excluded from the group; it will never send again.
     Stopped,
+    /// The payload is longer than a frame can carry (`u32::MAX` bytes).
+    TooLarge,
 }
 
 /// What the core asks the caller to do or tells the application.
@@ -363,6 +396,9 @@ impl GroupCore {
         }
         if self.my_pos.is_none() {
             return Err(SendError::NotASender);
+        }
+        if payload.len() > u32::MAX as usize {
+            return Err(SendError::TooLarge);
         }
         if !self.carry.is_empty() || !self.window_open() {
             return Err(SendError::WindowFull);

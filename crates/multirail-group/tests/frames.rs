@@ -195,3 +195,35 @@ fn two_members_by_hand() {
     assert_eq!(b.send(Bytes::from_static(b"m2")), Ok(2));
     assert_eq!(a.buffered_bytes(), 0);
 }
+
+#[test]
+fn configs_are_checked() {
+    use multirail_group::ConfigError;
+    let mut c = GroupConfig::new(3, 3);
+    assert_eq!(GroupCore::new(c.clone()).err(), Some(ConfigError::MeOutOfRange));
+    c.me = 0;
+    c.window = 0;
+    assert_eq!(GroupCore::new(c.clone()).err(), Some(ConfigError::ZeroWindow));
+    c.window = 1;
+    c.senders = Senders::List(vec![0, 5]);
+    assert_eq!(GroupCore::new(c.clone()).err(), Some(ConfigError::SenderOutOfRange(5)));
+    assert_eq!(GroupCore::new(GroupConfig::new(0, 0)).err(), Some(ConfigError::NoMembers));
+    // No senders at all is allowed: nothing is ever delivered.
+    c.senders = Senders::List(vec![]);
+    let mut g = GroupCore::new(c).unwrap();
+    assert_eq!(g.send(Bytes::from_static(b"x")), Err(SendError::NotASender));
+    assert!(g.drain_effects().iter().all(|e| matches!(e, Effect::Send { .. })));
+}
+
+/// A group of one delivers its own messages at once.
+#[test]
+fn group_of_one() {
+    let mut g = GroupCore::new(GroupConfig::new(1, 0)).unwrap();
+    for i in 0..40u8 {
+        g.send(Bytes::from(vec![i])).unwrap();
+        let d: Vec<_> = g.drain_effects();
+        assert_eq!(d.len(), 1);
+        assert!(matches!(&d[0], Effect::Deliver { index, .. } if *index == i as u64));
+    }
+    assert_eq!(g.buffered_bytes(), 0);
+}
