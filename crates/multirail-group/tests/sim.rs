@@ -117,6 +117,8 @@ struct Stats {
     carried: u64,
     trim_deliveries: u64,
     stopped: u64,
+    data_frames: u64,
+    row_frames: u64,
     max_buffer_ratio: f64,
 }
 
@@ -132,6 +134,8 @@ impl Stats {
         self.carried += o.carried;
         self.trim_deliveries += o.trim_deliveries;
         self.stopped += o.stopped;
+        self.data_frames += o.data_frames;
+        self.row_frames += o.row_frames;
         self.max_buffer_ratio = self.max_buffer_ratio.max(o.max_buffer_ratio);
     }
 }
@@ -209,8 +213,10 @@ impl Sim {
             return;
         }
         let is_data = !matches!(frame, Frame::Row(_));
-        if matches!(frame, Frame::Null { .. }) {
-            self.stats.null_frames += 1;
+        match frame {
+            Frame::Null { .. } => self.stats.null_frames += 1,
+            Frame::Data { .. } => self.stats.data_frames += 1,
+            Frame::Row(_) => self.stats.row_frames += 1,
         }
         let bytes = frame.encode();
         // A rail of ~1 GB/s: a µs per KB on top of the latency.
