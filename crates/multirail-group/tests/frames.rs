@@ -1,0 +1,229 @@
+//! Frame encoding round trips, garbage is rejected without a panic, and a
+//! core fed arbitrary (decodable) frames never panics.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use multirail_group::{
+    DecodeError, Effect, Frame, GroupConfig, GroupCore, Mode, Proposal, Row, SendError, Senders, WIRE_VERSION,
+};
+use proptest::prelude::*;
+
+fn proposal() -> impl Strategy<Value = Option<Proposal>> {
+    proptest::option::of(
+        (0u64..4, proptest::collection::vec(0u64..20, 0..5), proptest::collection::vec(0u32..6, 0..6))
+            .prop_map(|(view, trim, members)| Proposal { view, trim, members }),
+    )
+}
+
+fn row() -> impl Strategy<Value = Row> {
+    (
+        (0u64..4, 0u64..50, 0u64..50),
+        proptest::collection::vec(0u64..20, 0..5),
+        (0u64..60, 0u64..60),
+        proptest::collection::vec(0u64..20, 0..5),
+        any::<bool>(),
+        proptest::collection::vec(0u32..6, 0..3),
+        proposal(),
+        proposal(),
+    )
+        .prop_map(
+            |(
+                (view, version, heartbeat),
+                num_received,
+                (seq_num, delivered),
+                delivered_from,
+                wedged,
+                suspected,
+                proposal,
+                installed_from,
+            )| Row {
+                view,
+                version,
+                heartbeat,
+                num_received,
+                seq_num,
+                delivered,
+                delivered_from,
+                wedged,
+                suspected,
+                proposal,
+                installed_from,
+            },
+        )
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    prop_oneof![
+        (0u64..4, 0u32..6, 0u64..20, proptest::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(view, sender, index, p)| Frame::Data { view, sender, index, payload: Bytes::from(p) }),
+        (0u64..4, 0u32..6, 0u64..20, 1u64..10)
+            .prop_map(|(view, sender, first, count)| { Frame::Null { view, sender, first, count } }),
+        row().prop_map(Frame::Row),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn round_trip(f in frame()) {
+        let b = f.encode();
+        prop_assert_eq!(b[0], WIRE_VERSION);
+        prop_assert_eq!(Frame::decode(&b), Ok(f));
+    }
+
+    #[test]
+    fn garbage_never_panics(v in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _ = Frame::decode(&Bytes::from(v));
+    }
+
+    #[test]
+    fn truncated_or_extended_is_rejected(f in frame(), cut in 0usize..1000, extra in 1usize..4) {
+        let b = f.encode();
+        let cut = cut % b.len();
+        prop_assert!(Frame::decode(&b.slice(..cut)).is_err());
+        let mut longer = b.to_vec();
+        longer.extend(std::iter::repeat_n(0u8, extra));
+        prop_assert!(Frame::decode(&Bytes::from(longer)).is_err());
+    }
+
+    #[test]
+    fn mutated_frames_never_panic(f in frame(), at in 0usize..1000, byte in any::<u8>()) {
+        let mut v = f.encode().to_vec();
+        let at = at % v.len();
+        v[at] = byte;
+        let _ = Frame::decode(&Bytes::from(v));
+    }
+
+    /// Members are trusted (no Byzantine tolerance), but a core fed
+    /// nonsense from them must not panic.
+    #[test]
+    fn core_survives_arbitrary_frames(
+        n in 2u32..6,
+        ordered in any::<bool>(),
+        inputs in proptest::collection::vec((0u32..6, frame(), 0u8..8), 0..80),
+    ) {
+        let mut cfg = GroupConfig::new(n, 0);
+        cfg.window = 3;
+        cfg.mode = if ordered { Mode::Ordered } else { Mode::Unordered };
+        cfg.failure_timeout = Duration::from_millis(30);
+        let mut g = GroupCore::new(cfg).unwrap();
+        let mut t = 0u64;
+        for (from, f, op) in inputs {
+            match op {
+                0 => {
+                    let _ = g.send(Bytes::from_static(b"x"));
+                }
+                1 => {
+                    t += 7;
+                    g.on_tick(Duration::from_millis(t));
+                }
+                2 => g.on_peer_lost(from),
+                _ => g.on_message(from, f),
+            }
+            for e in g.drain_effects() {
+                if let Effect::Deliver { payload, .. } = e {
+                    prop_assert!(payload.len() <= 64);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unknown_version_and_tag() {
+    assert_eq!(Frame::decode(&Bytes::from_static(&[9, 1])), Err(DecodeError::Version(9)));
+    assert_eq!(Frame::decode(&Bytes::from_static(&[WIRE_VERSION, 77])), Err(DecodeError::Tag(77)));
+    assert_eq!(Frame::decode(&Bytes::new()), Err(DecodeError::Short));
+    // A list length far beyond the input is refused before allocating.
+    let mut v = vec![WIRE_VERSION, 3];
+    v.extend_from_slice(&[0; 24]);
+    v.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(Frame::decode(&Bytes::from(v)).is_err());
+}
+
+/// Two members, member 1 the only sender: its messages are delivered at
+/// both once both hold them, never before; the window refuses the
+/// `window + 1`-th undelivered message.
+#[test]
+fn two_members_by_hand() {
+    let mk = |me| {
+        let mut c = GroupConfig::new(2, me);
+        c.senders = Senders::One(1);
+        c.window = 2;
+        GroupCore::new(c).unwrap()
+    };
+    let (mut a, mut b) = (mk(0), mk(1));
+    assert_eq!(a.send(Bytes::from_static(b"no")), Err(SendError::NotASender));
+    assert_eq!(b.send(Bytes::from_static(b"m0")), Ok(0));
+    assert_eq!(b.send(Bytes::from_static(b"m1")), Ok(1));
+    assert_eq!(b.send(Bytes::from_static(b"m2")), Err(SendError::WindowFull));
+    // Exchange until quiet, by hand.
+    let mut delivered: [Vec<Bytes>; 2] = [Vec::new(), Vec::new()];
+    let mut to_a = Vec::new();
+    let mut to_b = Vec::new();
+    for e in b.drain_effects() {
+        match e {
+            Effect::Send { to: 0, frame } => to_a.push(frame),
+            // b alone delivers nothing: a has not said it holds them.
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for _ in 0..6 {
+        for f in to_a.drain(..) {
+            a.on_message(1, f);
+        }
+        for e in a.drain_effects() {
+            match e {
+                Effect::Send { frame, .. } => to_b.push(frame),
+                Effect::Deliver { payload, .. } => delivered[0].push(payload),
+                _ => {}
+            }
+        }
+        for f in to_b.drain(..) {
+            b.on_message(0, f);
+        }
+        for e in b.drain_effects() {
+            match e {
+                Effect::Send { frame, .. } => to_a.push(frame),
+                Effect::Deliver { payload, .. } => delivered[1].push(payload),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(delivered[0], vec![Bytes::from_static(b"m0"), Bytes::from_static(b"m1")]);
+    assert_eq!(delivered[0], delivered[1]);
+    assert_eq!(b.send(Bytes::from_static(b"m2")), Ok(2));
+    assert_eq!(a.buffered_bytes(), 0);
+}
+
+#[test]
+fn configs_are_checked() {
+    use multirail_group::ConfigError;
+    let mut c = GroupConfig::new(3, 3);
+    assert_eq!(GroupCore::new(c.clone()).err(), Some(ConfigError::MeOutOfRange));
+    c.me = 0;
+    c.window = 0;
+    assert_eq!(GroupCore::new(c.clone()).err(), Some(ConfigError::ZeroWindow));
+    c.window = 1;
+    c.senders = Senders::List(vec![0, 5]);
+    assert_eq!(GroupCore::new(c.clone()).err(), Some(ConfigError::SenderOutOfRange(5)));
+    assert_eq!(GroupCore::new(GroupConfig::new(0, 0)).err(), Some(ConfigError::NoMembers));
+    // No senders at all is allowed: nothing is ever delivered.
+    c.senders = Senders::List(vec![]);
+    let mut g = GroupCore::new(c).unwrap();
+    assert_eq!(g.send(Bytes::from_static(b"x")), Err(SendError::NotASender));
+    assert!(g.drain_effects().iter().all(|e| matches!(e, Effect::Send { .. })));
+}
+
+/// A group of one delivers its own messages at once.
+#[test]
+fn group_of_one() {
+    let mut g = GroupCore::new(GroupConfig::new(1, 0)).unwrap();
+    for i in 0..40u8 {
+        g.send(Bytes::from(vec![i])).unwrap();
+        let d: Vec<_> = g.drain_effects();
+        assert_eq!(d.len(), 1);
+        assert!(matches!(&d[0], Effect::Deliver { index, .. } if *index == i as u64));
+    }
+    assert_eq!(g.buffered_bytes(), 0);
+}
