@@ -22,9 +22,11 @@ pub const DEFAULT_RAILS: &str = "tcp:127.0.0.1,tcp:127.0.0.2";
 /// write) writes them all in one `writev`. The first message of a burst is
 /// written at once, so a lone message keeps its latency.
 pub const DEFAULT_COALESCE: u32 = 32;
-/// Only messages up to this size are coalesced (a larger one fills a
-/// `writev` by itself; coalescing 64 KiB messages halved their bandwidth).
-pub const COALESCE_MAX_BYTES: usize = 16 << 10;
+/// Only messages up to this size are coalesced. Measured side by side
+/// (docs/benchmarks.md, 2026-11-25): on the 2 x 2 Gbit testbed 8 and
+/// 16 KiB messages already fill the links and coalescing them gained
+/// nothing (0.9-1.0 x); 64 KiB ones lost half their bandwidth on loopback.
+pub const COALESCE_MAX_BYTES: usize = 4 << 10;
 /// An `isend` this soon after the previous one is part of a burst.
 pub const COALESCE_GAP: Duration = Duration::from_micros(20);
 

@@ -550,7 +550,7 @@ fn a_burst_of_small_isends_leaves_in_few_writes() {
 }
 
 /// A message left queued by a burst that the application never waits
-/// for still leaves: the engine writes it when its hand-off ends (1-2 ms)
+/// for still leaves: the engine writes it when its hand-off ends (<= ~4 ms)
 /// or when it next services the connection (an acknowledgement comes in),
 /// here long before the sender's next call 500 ms later.
 #[test]
