@@ -631,14 +631,19 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
 fn run_seed(seed: u64, kills: bool) -> Stats {
     let mut rng = Rng::new(seed ^ 0xabcdef);
     let p = random_params(&mut rng, kills);
+    simulate(p, seed).stats
+}
+
+/// Runs one simulation; if it panics, says which seed and parameters
+/// before passing the panic on.
+fn simulate(p: Params, seed: u64) -> Sim {
     let desc = format!("seed {seed} {p:?}");
-    let r = std::panic::catch_unwind(|| {
+    match std::panic::catch_unwind(|| {
         let mut sim = Sim::new(p, seed);
         sim.run();
         sim
-    });
-    match r {
-        Ok(sim) => sim.stats,
+    }) {
+        Ok(sim) => sim,
         Err(e) => {
             eprintln!("FAILED {desc}");
             std::panic::resume_unwind(e)
@@ -724,27 +729,14 @@ fn kill_leader_during_change() {
             silence: None,
             may_stop: Vec::new(),
         };
-        let desc = format!("seed {seed} {p:?}");
-        let r = std::panic::catch_unwind(|| {
-            let mut sim = Sim::new(p, seed);
-            sim.run();
-            sim
-        });
-        match r {
-            Ok(sim) => {
-                // Everybody left agrees on a view of exactly the living.
-                let live: Vec<Rank> = (0..n).filter(|r| sim.nodes[*r as usize].alive).collect();
-                assert_eq!(live.len(), n as usize - 2);
-                for r in &live {
-                    assert_eq!(sim.nodes[*r as usize].core.members(), &live[..]);
-                }
-                st.add(&sim.stats);
-            }
-            Err(e) => {
-                eprintln!("FAILED {desc}");
-                std::panic::resume_unwind(e)
-            }
+        let sim = simulate(p, seed);
+        // Everybody left agrees on a view of exactly the living.
+        let live: Vec<Rank> = (0..n).filter(|r| sim.nodes[*r as usize].alive).collect();
+        assert_eq!(live.len(), n as usize - 2);
+        for r in &live {
+            assert_eq!(sim.nodes[*r as usize].core.members(), &live[..]);
         }
+        st.add(&sim.stats);
     }
     eprintln!("{st:?}");
     assert!(st.leader_kills_during_change >= 80, "{st:?}");
@@ -787,27 +779,14 @@ fn silenced_member_stops_and_the_rest_go_on() {
         p.notify = seed % 5 < 3;
         p.silence = Some((rng.range(1_000, 50_000), r));
         p.may_stop = vec![r];
-        let desc = format!("seed {seed} {p:?}");
-        let res = std::panic::catch_unwind(|| {
-            let mut sim = Sim::new(p, seed);
-            sim.run();
-            sim
-        });
-        match res {
-            Ok(sim) => {
-                assert!(!sim.nodes[r as usize].alive, "the silenced member did not stop");
-                assert!(sim.nodes[r as usize].views.is_empty(), "the silenced member installed a view");
-                let live: Vec<Rank> = (0..n).filter(|j| *j != r).collect();
-                for j in &live {
-                    assert_eq!(sim.nodes[*j as usize].core.members(), &live[..]);
-                }
-                st.add(&sim.stats);
-            }
-            Err(e) => {
-                eprintln!("FAILED {desc}");
-                std::panic::resume_unwind(e)
-            }
+        let sim = simulate(p, seed);
+        assert!(!sim.nodes[r as usize].alive, "the silenced member did not stop");
+        assert!(sim.nodes[r as usize].views.is_empty(), "the silenced member installed a view");
+        let live: Vec<Rank> = (0..n).filter(|j| *j != r).collect();
+        for j in &live {
+            assert_eq!(sim.nodes[*j as usize].core.members(), &live[..]);
         }
+        st.add(&sim.stats);
     }
     eprintln!("{st:?}");
     assert_eq!(st.stopped, 100);
