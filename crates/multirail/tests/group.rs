@@ -161,12 +161,33 @@ struct Seen {
     events: Vec<(u64, u32, u64)>,
 }
 
-/// Rank 2 closes its group and endpoint after delivering `leave_after`
-/// messages; ranks 0 and 1 must install view 1 = {0, 1}, deliver identical
-/// sequences, and go on until each has delivered all `count` of both
-/// survivors. Rank 2's sequence is a prefix of theirs.
-fn leave_run(leave_after: u64, count: u64, max: usize) {
+/// How rank 2 goes away.
+#[derive(Clone, Copy, PartialEq)]
+enum Leave {
+    /// It closes its group, then its endpoint.
+    Close,
+    /// Every rail of its endpoint is cut (and every reconnection) while it
+    /// keeps running: it must stop by itself (partition safety).
+    Silence,
+}
+
+/// Rank 2 leaves after delivering `leave_after` messages; ranks 0 and 1
+/// must install view 1 = {0, 1}, deliver identical sequences, and go on
+/// until each has delivered all `count` of both survivors. Rank 2's
+/// sequence is a prefix of theirs.
+fn leave_run(how: Leave, leave_after: u64, count: u64, max: usize) {
     let survivors_done = std::sync::Barrier::new(2);
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let make = |r: u32| {
+        let mut b = Builder::new(config(2, Progress::Threaded)).peer_timeout(Duration::from_secs(1));
+        if r == 2 {
+            for rail in 0..2 {
+                let f = multirail::FaultConfig { kill_switch: Some(cut.clone()), ..Default::default() };
+                b = b.fault(rail, f);
+            }
+        }
+        b
+    };
     let seen = job(3, make, |ep| {
         let me = ep.rank();
         ep.barrier().unwrap();
@@ -220,10 +241,33 @@ fn leave_run(leave_after: u64, count: u64, max: usize) {
                     None => {}
                 }
             }
-            if me == 2 {
-                // Leaves: the group stops (a send blocked in the sender
-                // thread fails), then the endpoint closes.
-                g.close();
+            match how {
+                // The group stops (a send blocked in the sender thread
+                // fails), then the endpoint closes.
+                Leave::Close if me == 2 => g.close(),
+                Leave::Silence if me == 2 => {
+                    cut.store(true, std::sync::atomic::Ordering::Release);
+                    // It may still deliver what every member held; then it
+                    // finds itself cut off from half of its view and stops.
+                    loop {
+                        assert!(t0.elapsed() < LIMIT, "rank 2 never stopped");
+                        match g.recv_timeout(Duration::from_secs(1)) {
+                            Ok(Some(GroupEvent::Message(d))) => {
+                                let k = check(d.sender, &d.payload);
+                                assert_eq!(k, next[d.sender as usize]);
+                                next[d.sender as usize] += 1;
+                                events.push((d.view, d.sender, k));
+                            }
+                            Ok(Some(GroupEvent::View { view, members })) => {
+                                panic!("rank 2 installed view {view} {members:?}")
+                            }
+                            Ok(None) => {}
+                            Err(multirail::GroupError::Partitioned(0) | multirail::GroupError::Expelled(0)) => break,
+                            Err(e) => panic!("rank 2: {e}"),
+                        }
+                    }
+                }
+                _ => {}
             }
             sender.join().unwrap();
         });
@@ -252,10 +296,70 @@ fn leave_run(leave_after: u64, count: u64, max: usize) {
 
 #[test]
 fn member_leaves_survivors_go_on() {
-    leave_run(20, 60, 64 * 1024);
+    leave_run(Leave::Close, 20, 60, 64 * 1024);
 }
 
 #[test]
 fn member_leaves_large_messages() {
-    leave_run(5, 30, 1 << 20);
+    leave_run(Leave::Close, 5, 30, 1 << 20);
+}
+
+#[test]
+fn member_silenced_survivors_go_on() {
+    leave_run(Leave::Silence, 20, 60, 64 * 1024);
+}
+
+#[test]
+fn member_silenced_large_messages() {
+    leave_run(Leave::Silence, 5, 30, 1 << 20);
+}
+
+/// A group of ranks 0 and 2 of a job of 3; rank 1 is not a member. One
+/// thread per member sends and drains deliveries with `try_recv`.
+#[test]
+fn subset_of_ranks() {
+    let seqs = job(3, make, |ep| {
+        let me = ep.rank();
+        ep.barrier().unwrap();
+        let ep = Arc::new(ep);
+        let opts = GroupOptions {
+            members: Some(vec![0, 2]),
+            senders: Senders::List(vec![0, 2]),
+            window: 4,
+            max_message: 4096,
+            ..GroupOptions::default()
+        };
+        let mut seq = Vec::new();
+        let g = if me == 1 {
+            assert!(Group::new(ep.clone(), opts).is_err(), "rank 1 is not a member");
+            None
+        } else {
+            Some(Group::new(ep.clone(), opts).unwrap())
+        };
+        if let Some(g) = &g {
+            let t0 = Instant::now();
+            let take = |e: GroupEvent, seq: &mut Vec<(u32, u64)>| match e {
+                GroupEvent::Message(d) => seq.push((d.sender, check(d.sender, &d.payload))),
+                GroupEvent::View { .. } => panic!("no view change expected"),
+            };
+            for k in 0..50u64 {
+                g.ordered_send_timeout(payload(me, k, 100 + k as usize * 40), LIMIT).unwrap();
+                while let Some(e) = g.try_recv().unwrap() {
+                    take(e, &mut seq);
+                }
+            }
+            while seq.len() < 100 {
+                assert!(t0.elapsed() < LIMIT, "rank {me}: {} of 100", seq.len());
+                if let Some(e) = g.recv_timeout(Duration::from_secs(1)).unwrap() {
+                    take(e, &mut seq);
+                }
+            }
+        }
+        ep.barrier().unwrap();
+        drop(g);
+        seq
+    });
+    assert_eq!(seqs[0].len(), 100);
+    assert_eq!(seqs[0], seqs[2]);
+    assert!(seqs[1].is_empty());
 }
