@@ -6,6 +6,7 @@
 mod agree;
 mod cbr;
 mod fail;
+mod group;
 mod plot;
 mod rank;
 
@@ -27,6 +28,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if args.test == TestName::Cbr {
         // A launcher of other bench runs, never a rank itself.
         return cbr::run(&args);
+    }
+    if args.test == TestName::Group {
+        // Its own ranks and report (not an OSU sweep).
+        return group::run(&args);
     }
     let launched = std::env::var_os(launch::LAUNCHED).is_some();
     if launched {
@@ -216,11 +221,15 @@ pub fn test_of(t: TestName) -> Test {
         // `bench::run` hands cbr to its own module before any single test
         // is set up; nothing else asks for its test.
         TestName::Cbr => unreachable!("bench cbr runs other tests, it is not one"),
+        TestName::Group => unreachable!("bench group has its own module"),
     }
 }
 
 /// Ranks a local run needs.
 fn ranks_for(args: &BenchArgs) -> u32 {
+    if args.test == TestName::Group {
+        return args.nodes;
+    }
     if test_of(args.test).uses_pairs() { 2 * args.pairs.max(1) } else { 2 }
 }
 
@@ -348,7 +357,7 @@ pub fn config_of(args: &BenchArgs) -> anyhow::Result<Config> {
 /// Starts every rank of a local (or testbed) job as a child process with
 /// the same arguments plus `extra`; rank 0's stdout is ours unless
 /// `capture`, in which case its lines are returned.
-fn launch_local(
+pub(crate) fn launch_local(
     args: &BenchArgs,
     extra: &[String],
     extra_env: &[(String, String)],
@@ -356,7 +365,9 @@ fn launch_local(
 ) -> anyhow::Result<(i32, Vec<String>)> {
     let np = ranks_for(args);
     // Check the flags here, once, before starting anything.
-    spec_of(args, np)?;
+    if args.test != TestName::Group {
+        spec_of(args, np)?;
+    }
     let cfg = config_of(args)?;
     let pins = launch::parse_pin(&args.pin, np)?;
     let placement = crate::testbed::placement(args.testbed, &args.testbed_prefix, np, args.layout())?;

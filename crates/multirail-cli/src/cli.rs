@@ -274,6 +274,11 @@ Tests (OSU semantics; MB = 10^6 bytes):
   cbr        latency, bw, bibw and mbw_mr intra-node (2 ranks, --rails shm) and
              inter-node (2 testbed hosts with --testbed, else loopback TCP),
              and per size HotI'09's balance ratios intra / inter
+  group      --nodes N ranks form an ordered multicast group; --senders all|one
+             send --count messages each (window -W); per node the delivered
+             payload rate, the mean over nodes (GB/s = 10^9 B/s, as Derecho's
+             bandwidth_test) and the latency from ordered_send to the
+             sender's own delivery (median, p99)
 
 How ranks start:
   (default)          --local: the peer processes are started on this machine
@@ -297,7 +302,9 @@ Examples:
   multirail bench bw --sizes 64K:4M --model                 measured vs the NPC'09 model
   multirail bench bw --model --link 10gbit --nic 2GB/s      ... from given rates
   multirail bench cbr --sizes 8,64K,1M --plot cbr.svg       balance ratios, shm vs loopback
-  sudo multirail bench cbr --testbed                        ... shm vs the testbed's rails";
+  sudo multirail bench cbr --testbed                        ... shm vs the testbed's rails
+  multirail bench group --nodes 3 --senders all --sizes 10K,1M -W 16 --count 200 --validate
+  multirail run -n 3 -- multirail bench group --senders one --unordered   ... under the launcher";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
@@ -310,6 +317,10 @@ pub enum TestName {
     /// The HotI'09 Communication Balance Ratios (latency, bw, bibw, mbw_mr
     /// intra-node / inter-node).
     Cbr,
+    /// Ordered multicast in a group of --nodes ranks (Derecho's
+    /// bandwidth_test): delivered GB/s per node and send-to-own-delivery
+    /// latency.
+    Group,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -392,8 +403,23 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Benchmark")]
     pub pairs: u32,
     /// The receiver checks every byte of every message; a mismatch exits non-zero.
+    /// (group: also every member's delivery order.)
     #[arg(long, help_heading = "Benchmark")]
     pub validate: bool,
+    /// (group) Ranks in the group, started locally or in testbed hosts
+    /// 0..N-1 (under a launcher: the job's size).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..), help_heading = "Benchmark")]
+    pub nodes: u32,
+    /// (group) Who sends: all, one (rank 0), or a list of ranks (0,2).
+    #[arg(long, default_value = "all", help_heading = "Benchmark")]
+    pub senders: String,
+    /// (group) Messages per sender and size (default: about 200 MB per
+    /// sender, 100 to 10000 messages).
+    #[arg(long, help_heading = "Benchmark")]
+    pub count: Option<u64>,
+    /// (group) Per-sender FIFO only, no order across senders.
+    #[arg(long, help_heading = "Benchmark")]
+    pub unordered: bool,
     /// Take a rail down during the run: RAIL@TIME[:for=DURATION|forever][:side=host0|host1],
     /// e.g. 1@2s:for=500ms. With --testbed the interface goes down in the
     /// given host (`ip link set`, silent); elsewhere its connections are

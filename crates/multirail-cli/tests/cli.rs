@@ -51,6 +51,54 @@ fn help_teaches() {
 }
 
 #[test]
+fn group_bench_table_and_json() {
+    let o = run(&mut multirail(&[
+        "bench",
+        "group",
+        "--nodes",
+        "3",
+        "--sizes",
+        "1K,64K",
+        "--count",
+        "30",
+        "-W",
+        "4",
+        "--validate",
+    ]));
+    assert!(o.status.success());
+    let table = stdout(&o);
+    let r = rows(&table);
+    assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1024, 65536], "{table}");
+    for (_, cols) in &r {
+        // Count, mean, three nodes, p50, p99.
+        assert_eq!(cols.len(), 7, "{table}");
+        assert!(cols[0] == 30.0 && cols[1] > 0.0 && cols[5] > 0.0, "{table}");
+    }
+    let o = run(&mut multirail(&[
+        "bench",
+        "group",
+        "--sizes",
+        "4K",
+        "--count",
+        "20",
+        "--senders",
+        "one",
+        "--unordered",
+        "--validate",
+        "--json",
+    ]));
+    assert!(o.status.success());
+    let v: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(v.len(), 1);
+    assert_eq!(
+        (v[0]["test"].as_str(), v[0]["size"].as_u64(), v[0]["unit"].as_str()),
+        (Some("group"), Some(4096), Some("GB/s"))
+    );
+    assert_eq!(v[0]["validated"].as_bool(), Some(true), "{}", v[0]);
+    assert_eq!(v[0]["per_node"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
 fn info_lists_loopback() {
     let o = run(&mut multirail(&["info"]));
     assert!(o.status.success());

@@ -659,6 +659,44 @@ impl Drop for Endpoint {
     }
 }
 
+/// What [`crate::group`] needs below the public API: sends and receives on
+/// its reserved tags by request id, completions taken without blocking, and
+/// a wait on a condition that an application thread can cut short.
+impl Endpoint {
+    pub(crate) fn isend_reserved(&self, peer: u32, tag: u64, data: Bytes) -> Result<ReqId, Error> {
+        Ok(self.isend_raw(peer, tag, data)?.id)
+    }
+
+    pub(crate) fn irecv_exact(&self, src: u32, tag: u64, buf: BytesMut) -> Result<ReqId, Error> {
+        Ok(self.irecv(Some(src), Some(tag), buf)?.id)
+    }
+
+    /// The completion of `id` if it finished (taken: asked once).
+    pub(crate) fn take_completion(&self, id: ReqId) -> Option<Completion> {
+        self.shared.take_done(id)
+    }
+
+    /// Makes progress until `done` (checked with the shared state locked)
+    /// or `deadline`; returns `done`.
+    pub(crate) fn wait_for(
+        &self,
+        done: &mut dyn FnMut(&crate::shared::Inner) -> bool,
+        deadline: Instant,
+    ) -> Result<bool, Error> {
+        Ok(self.engine()?.wait_until(&self.shared, done, Some(deadline)))
+    }
+
+    /// Wakes a thread inside [`Endpoint::wait_for`] so that it checks its
+    /// condition again (something it watches outside the endpoint changed).
+    pub(crate) fn nudge(&self) {
+        if let Ok(e) = self.engine() {
+            e.wake();
+        }
+        let _g = self.shared.lock();
+        self.shared.done_cv.notify_all();
+    }
+}
+
 /// A send in progress.
 #[must_use = "a request does nothing unless waited for or tested"]
 pub struct SendRequest<'a> {

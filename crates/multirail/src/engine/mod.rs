@@ -162,6 +162,14 @@ impl Engine {
         }
     }
 
+    /// Gets a waiter out of the polled loop's epoll wait (the threaded
+    /// engine's waiters sleep on `done_cv`, which the caller notifies).
+    pub fn wake(&self) {
+        if let Engine::Polled(p) = self {
+            p.wake();
+        }
+    }
+
     pub fn stop(&mut self, shared: &Shared) {
         shared.shutdown.store(true, std::sync::atomic::Ordering::Release);
         for i in 0..shared.slots.len() {

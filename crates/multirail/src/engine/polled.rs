@@ -108,6 +108,11 @@ pub(crate) struct Polled {
 }
 
 impl Polled {
+    /// Gets whoever runs the loop out of its epoll wait.
+    pub fn wake(&self) {
+        let _ = self.lp.waker.0.wake();
+    }
+
     pub fn start(shared: Arc<Shared>, spin: Duration) -> std::io::Result<Polled> {
         let poll = Poll::new()?;
         let waker = Arc::new(MioWaker(mio::Waker::new(poll.registry(), WAKE)?));

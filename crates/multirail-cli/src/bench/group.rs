@@ -1,0 +1,375 @@
+//! `multirail bench group`: an ordered multicast group of N ranks
+//! (`multirail::Group`), measured as Derecho's bandwidth_test measures its
+//! groups. Per size, every sender multicasts `--count` messages with
+//! `ordered_send` as fast as the window lets it while every member
+//! receives; then:
+//!
+//! * per node, the delivered payload rate: payload bytes delivered (of
+//!   every sender, own messages included) over the time from the start
+//!   (after a barrier) to the node's last delivery, in GB/s (10^9 B/s);
+//! * the mean of that over the nodes (the headline value);
+//! * the latency from the `ordered_send` call to the sender's own delivery
+//!   of that message, median and p99 over every sender's messages (under
+//!   the run's load: a full window adds its wait).
+//!
+//! `--validate` fills each payload with a pattern of (sender, number) and
+//! checks every byte at every member, per-sender order, and that every
+//! member delivered the same sequence (ordered) or the same per-sender
+//! sequences (unordered), by comparing hashes of the sequences at rank 0.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use multirail::group::{Mode, Senders};
+use multirail::{Bytes, Endpoint, Group, GroupEvent, GroupOptions, JobInfo};
+use multirail_proto::units::format_size;
+
+use super::{config_of, launch_local, parse_sizes};
+use crate::cli::BenchArgs;
+use crate::launch;
+
+/// Tags of the result exchange (below multirail's reserved tags, above
+/// the agreement's).
+const RESULT_TAG: u64 = (1 << 62) + 40;
+/// A payload starts with the sender's rank and the message's number.
+const HEADER: usize = 12;
+/// One size gives up after this long without a delivery.
+const STALL: Duration = Duration::from_secs(60);
+
+pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
+    let launched = std::env::var_os(launch::LAUNCHED).is_some();
+    if let Some(job) = JobInfo::from_env()? {
+        return rank(args, &job);
+    }
+    if launched {
+        bail!("MULTIRAIL_LAUNCHED is set but MULTIRAIL_RANK/SIZE are not");
+    }
+    if args.server || args.connect.is_some() {
+        bail!(
+            "bench group runs --nodes ranks: start it locally (the default), with --testbed, \
+             `multirail run -n N` or mpirun/srun, not --server/--connect"
+        );
+    }
+    sizes(args)?;
+    let (code, _) = launch_local(args, &[], &[], false)?;
+    Ok(code)
+}
+
+fn sizes(args: &BenchArgs) -> anyhow::Result<Vec<u64>> {
+    let s = args.sizes.as_deref().unwrap_or("10K,1M");
+    let v = parse_sizes(s).with_context(|| format!("--sizes {s}"))?;
+    if let Some(big) = v.iter().find(|x| **x > u32::MAX as u64 - 64) {
+        bail!("--sizes: {} is above what a group message carries (4 GiB)", format_size(*big));
+    }
+    Ok(v)
+}
+
+fn senders_of(s: &str, n: u32) -> anyhow::Result<(Senders, Vec<u32>)> {
+    Ok(match s.trim() {
+        "all" => (Senders::All, (0..n).collect()),
+        "one" => (Senders::One(0), vec![0]),
+        list => {
+            let mut v: Vec<u32> = list
+                .split(',')
+                .map(|x| x.trim().parse::<u32>())
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("--senders {s}: give all, one or a list of ranks (0,2)"))?;
+            v.sort_unstable();
+            v.dedup();
+            if let Some(r) = v.iter().find(|r| **r >= n) {
+                bail!("--senders {s}: rank {r} is not one of the {n} ranks");
+            }
+            if v.is_empty() {
+                bail!("--senders {s}: no sender");
+            }
+            (Senders::List(v.clone()), v)
+        }
+    })
+}
+
+/// Messages per sender: `--count`, else about 200 MB, 100 to 10000.
+fn count_for(args: &BenchArgs, size: u64) -> u64 {
+    args.count.unwrap_or_else(|| (200_000_000 / size.max(1)).clamp(100, 10_000)).max(1)
+}
+
+/// Message `k` of `sender`: the header, then a pattern of both.
+fn pattern(sender: u32, k: u64, len: usize) -> Bytes {
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(&sender.to_le_bytes());
+    v.extend_from_slice(&k.to_le_bytes());
+    v.extend(
+        (HEADER..len).map(|i| (i as u64).wrapping_mul(131).wrapping_add(k).wrapping_add(u64::from(sender) << 5) as u8),
+    );
+    v.truncate(len);
+    Bytes::from(v)
+}
+
+/// What one node measured for one size.
+struct NodeResult {
+    rate: f64,
+    /// Own-delivery latencies in µs (senders only).
+    lat_us: Vec<f64>,
+    /// Hash of the whole delivery sequence and of each sender's.
+    order: u64,
+    per_sender: Vec<u64>,
+    error: Option<String>,
+}
+
+impl NodeResult {
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&self.rate.to_le_bytes());
+        b.extend_from_slice(&self.order.to_le_bytes());
+        b.extend_from_slice(&(self.per_sender.len() as u64).to_le_bytes());
+        for h in &self.per_sender {
+            b.extend_from_slice(&h.to_le_bytes());
+        }
+        b.extend_from_slice(&(self.lat_us.len() as u64).to_le_bytes());
+        for l in &self.lat_us {
+            b.extend_from_slice(&l.to_le_bytes());
+        }
+        let e = self.error.as_deref().unwrap_or("").as_bytes();
+        b.extend_from_slice(&(e.len() as u64).to_le_bytes());
+        b.extend_from_slice(e);
+        b
+    }
+
+    fn decode(b: &[u8]) -> anyhow::Result<NodeResult> {
+        let mut at = 0;
+        let mut word = || -> anyhow::Result<[u8; 8]> {
+            let w = b.get(at..at + 8).context("short result message")?;
+            at += 8;
+            Ok(w.try_into().expect("8 bytes"))
+        };
+        let rate = f64::from_le_bytes(word()?);
+        let order = u64::from_le_bytes(word()?);
+        let ns = u64::from_le_bytes(word()?) as usize;
+        let per_sender = (0..ns).map(|_| word().map(u64::from_le_bytes)).collect::<anyhow::Result<_>>()?;
+        let nl = u64::from_le_bytes(word()?) as usize;
+        let lat_us = (0..nl).map(|_| word().map(f64::from_le_bytes)).collect::<anyhow::Result<_>>()?;
+        let ne = u64::from_le_bytes(word()?) as usize;
+        let e = b.get(at..at + ne).context("short result message")?;
+        let error = (ne > 0).then(|| String::from_utf8_lossy(e).into_owned());
+        Ok(NodeResult { rate, lat_us, order, per_sender, error })
+    }
+}
+
+fn mix(h: u64, x: u64) -> u64 {
+    (h ^ x).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(17)
+}
+
+fn rank(args: &BenchArgs, job: &JobInfo) -> anyhow::Result<i32> {
+    let cfg = config_of(args)?;
+    let sizes = sizes(args)?;
+    let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
+    let (n, me) = (ep.size(), ep.rank());
+    let (senders, from) = senders_of(&args.senders, n)?;
+    let mode = if args.unordered { Mode::Unordered } else { Mode::Ordered };
+    let lead = me == 0;
+    let rails = ep.rail_names().join(",");
+    let ep = Arc::new(ep);
+    let mut out = std::io::stdout().lock();
+    if lead && !args.json {
+        let mut h = format!(
+            "# multirail bench group (ordered multicast, Derecho's bandwidth_test) v{}\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        h.push_str(&format!(
+            "# nodes: {n}  senders: {}  mode: {}  window: {}  validate: {}\n# rails: {rails}  progress: {}\n",
+            args.senders,
+            if args.unordered { "unordered" } else { "ordered" },
+            args.window,
+            if args.validate { "on" } else { "off" },
+            ep.config().progress,
+        ));
+        h.push_str("# GB/s = 10^9 payload bytes/s delivered per node; latency: ordered_send to own delivery\n");
+        h.push_str(&format!("{:<10}{:>8}{:>14}", "# Size", "Count", "Mean GB/s"));
+        for r in 0..n {
+            h.push_str(&format!("{:>12}", format!("Node{r} GB/s")));
+        }
+        h.push_str(&format!("{:>14}{:>14}\n", "P50 lat(us)", "P99 lat(us)"));
+        out.write_all(h.as_bytes())?;
+        out.flush()?;
+    }
+    let mut code = 0;
+    for (i, &size) in sizes.iter().enumerate() {
+        let count = count_for(args, size);
+        ep.barrier().context("barrier before a size")?;
+        let opts = GroupOptions {
+            id: i as u16,
+            members: None,
+            senders: senders.clone(),
+            window: args.window.max(1),
+            mode,
+            max_message: (size as usize).max(HEADER),
+            ..GroupOptions::default()
+        };
+        let g = Group::new(ep.clone(), opts).context("joining the group")?;
+        let mine = measure(&g, me, n, &from, size as usize, count, args.validate);
+        // Everybody is done before anybody stops driving its group.
+        ep.barrier().context("barrier after a size")?;
+        g.close();
+        drop(g);
+        let mine = mine?;
+        let tag = RESULT_TAG + i as u64;
+        if !lead {
+            ep.send(0, tag, &mine.encode())?;
+            continue;
+        }
+        let mut all = vec![mine];
+        let cap = 64 + 8 * (from.len() + count as usize) + 4096;
+        for r in 1..n {
+            let mut buf = vec![0u8; cap];
+            let st = ep.recv(Some(r), Some(tag), &mut buf)?;
+            all.push(NodeResult::decode(&buf[..st.len as usize]).with_context(|| format!("rank {r}'s result"))?);
+        }
+        let mut failed: Vec<String> =
+            all.iter().enumerate().filter_map(|(r, x)| x.error.as_ref().map(|e| format!("rank {r}: {e}"))).collect();
+        if args.validate {
+            let same = match mode {
+                Mode::Ordered => all.iter().all(|x| x.order == all[0].order),
+                Mode::Unordered => all.iter().all(|x| x.per_sender == all[0].per_sender),
+            };
+            if !same {
+                failed.push("the members delivered different sequences".into());
+            }
+        }
+        let rates: Vec<f64> = all.iter().map(|x| x.rate / 1e9).collect();
+        let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+        let mut lat: Vec<f64> = all.iter().flat_map(|x| x.lat_us.iter().copied()).collect();
+        lat.sort_by(f64::total_cmp);
+        let pct = |p: f64| if lat.is_empty() { f64::NAN } else { lat[((lat.len() - 1) as f64 * p).round() as usize] };
+        let (p50, p99) = (pct(0.5), pct(0.99));
+        let line = if args.json {
+            let v = serde_json::json!({
+                "test": "group",
+                "size": size,
+                "value": mean,
+                "unit": "GB/s",
+                "nodes": n,
+                "senders": args.senders,
+                "mode": if args.unordered { "unordered" } else { "ordered" },
+                "window": args.window,
+                "count": count,
+                "per_node": rates,
+                "p50": p50,
+                "p99": p99,
+                "latency_unit": "us",
+                "validated": args.validate && failed.is_empty(),
+            });
+            format!("{v}\n")
+        } else {
+            let mut l = format!("{:<10}{:>8}{:>14.3}", size, count, mean);
+            for r in &rates {
+                l.push_str(&format!("{r:>12.3}"));
+            }
+            l.push_str(&format!("{p50:>14.1}{p99:>14.1}\n"));
+            l
+        };
+        out.write_all(line.as_bytes())?;
+        out.flush()?;
+        if !failed.is_empty() {
+            for f in &failed {
+                eprintln!("multirail: bench group, size {}: {f}", format_size(size));
+            }
+            code = 1;
+        }
+    }
+    drop(out);
+    let ep = Arc::try_unwrap(ep).ok().context("the group let go of the endpoint")?;
+    ep.close().with_context(|| format!("rank {me}: closing"))?;
+    Ok(code)
+}
+
+/// One size at one node: send (if a sender) from a second thread, deliver
+/// here.
+fn measure(
+    g: &Group,
+    me: u32,
+    n: u32,
+    from: &[u32],
+    size: usize,
+    count: u64,
+    validate: bool,
+) -> anyhow::Result<NodeResult> {
+    let expected = count * from.len() as u64;
+    let sent_at: Mutex<VecDeque<Instant>> = Mutex::new(VecDeque::new());
+    let fixed = Bytes::from(vec![0x5a; size]);
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        let sender = from.contains(&me).then(|| {
+            let (sent_at, fixed) = (&sent_at, &fixed);
+            s.spawn(move || -> anyhow::Result<()> {
+                for k in 0..count {
+                    let p = if validate { pattern(me, k, size) } else { fixed.clone() };
+                    sent_at.lock().unwrap_or_else(|e| e.into_inner()).push_back(Instant::now());
+                    g.ordered_send_timeout(p, STALL).with_context(|| format!("ordered_send of message {k}"))?;
+                }
+                Ok(())
+            })
+        });
+        let mut got = 0u64;
+        let mut bytes = 0u64;
+        let mut last = t0;
+        let mut lat_us = Vec::with_capacity(if sender.is_some() { count as usize } else { 0 });
+        let mut order = 0u64;
+        let mut per_sender = vec![0u64; n as usize];
+        let mut next = vec![0u64; n as usize];
+        let mut error = None;
+        while got < expected {
+            let ev = match g.recv_timeout(STALL) {
+                Ok(Some(ev)) => ev,
+                Ok(None) => {
+                    error = Some(format!("no delivery for {STALL:?} after {got} of {expected}"));
+                    break;
+                }
+                Err(e) => {
+                    error = Some(format!("after {got} of {expected} deliveries: {e}"));
+                    break;
+                }
+            };
+            let d = match ev {
+                GroupEvent::Message(d) => d,
+                GroupEvent::View { view, members } => {
+                    error = Some(format!("view {view} installed with {members:?}: a member was lost"));
+                    break;
+                }
+            };
+            let now = Instant::now();
+            got += 1;
+            bytes += d.payload.len() as u64;
+            last = now;
+            if d.sender == me {
+                if let Some(t) = sent_at.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+                    lat_us.push(now.duration_since(t).as_secs_f64() * 1e6);
+                }
+            }
+            if validate && error.is_none() {
+                let k = next[d.sender as usize];
+                next[d.sender as usize] += 1;
+                if d.payload.len() != size || d.payload != pattern(d.sender, k, size) {
+                    error = Some(format!("message {k} of sender {} is wrong (order or bytes)", d.sender));
+                }
+                let id = (u64::from(d.sender) << 40) | k;
+                order = mix(order, id);
+                per_sender[d.sender as usize] = mix(per_sender[d.sender as usize], id);
+            }
+        }
+        if let Some(h) = sender {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    error.get_or_insert(format!("{e:#}"));
+                }
+                Err(_) => {
+                    error.get_or_insert("the sending thread panicked".into());
+                }
+            }
+        }
+        let secs = last.duration_since(t0).as_secs_f64().max(1e-9);
+        Ok(NodeResult { rate: bytes as f64 / secs, lat_us, order, per_sender, error })
+    })
+}

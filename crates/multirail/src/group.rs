@@ -1,0 +1,671 @@
+//! Ordered multicast groups over an [`Endpoint`] (issue 17).
+//!
+//! A [`Group`] is a fixed set of the job's ranks (all of them, or a listed
+//! subset) in which a declared set of senders multicast messages with
+//! [`Group::ordered_send`]; every member delivers the same messages in the
+//! same order ([`Mode::Ordered`]; per-sender order only with
+//! [`Mode::Unordered`]) through [`Group::recv`] and [`Group::try_recv`],
+//! and a message is delivered only once every member holds it. When a
+//! member dies the survivors agree on one cut, install a view without it
+//! and go on; the application sees a [`GroupEvent::View`]. The ordering and
+//! membership logic is the sans-IO core of `multirail-group` (its README
+//! states the model, the guarantees and what is not promised); this module
+//! moves its frames over the endpoint and feeds it time and failures.
+//!
+//! # Wire
+//!
+//! Frames travel as ordinary multirail messages on reserved tags (at or
+//! above [`RESERVED_TAGS`], never matched by an application's wildcard
+//! receive): group `id` uses [`GROUP_TAGS`]` + 2 * id` for data frames and
+//! the next tag for control frames (rows and null runs), so large data
+//! lands in large posted buffers and rows in small ones. Rows and data may
+//! overtake each other; the core does not depend on their order.
+//!
+//! # Who drives the core
+//!
+//! Each `Group` runs one driver thread. It owns the core and the posted
+//! receives, sleeps inside the endpoint's progress engine until a group
+//! frame arrives, the application hands it a message, or the next tick is
+//! due, and then runs one turn (inputs, then `drain_effects`). The
+//! alternative, driving the core from inside the application's calls, was
+//! rejected: the core must bump its heartbeat and push its row every few
+//! milliseconds, and an application busy elsewhere for longer than the
+//! failure timeout (1 s by default) would be excluded by the others, and
+//! would also hold back the window of every sender that waits for its rows.
+//! A thread keeps the member live whatever the application does; the cost
+//! is a hand-off between the application thread and the driver for each
+//! `ordered_send` burst and each batch of deliveries.
+//!
+//! Not built here: relaying of large messages along a chain or binomial
+//! schedule. Every sender sends each message to each member itself, so one
+//! sender reaches at most its link rate divided by `members - 1`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use multirail_group::{Effect, Frame, GroupCore};
+pub use multirail_group::{Mode, Senders};
+use multirail_proto::core::{RecvError, ReqId};
+
+use crate::shared::Completion;
+use crate::{Endpoint, Error, RESERVED_TAGS};
+
+/// The first tag of the group range: `2^63 + 0x4752 * 2^32` ("GR"). Group
+/// `id` uses `GROUP_TAGS + 2 * id` (data) and `GROUP_TAGS + 2 * id + 1`
+/// (rows and nulls). The range ends far below the barrier's `2^64 - 2`.
+pub const GROUP_TAGS: u64 = RESERVED_TAGS + (0x4752 << 32);
+
+/// Bytes a data frame adds to its payload (version, kind, view, sender,
+/// index, length), rounded up.
+const DATA_OVERHEAD: usize = 32;
+/// Control receives posted per peer (rows and nulls are small).
+const POSTED_CTRL: usize = 4;
+/// Data receive buffers posted per peer are capped at this many bytes.
+const POSTED_DATA_BYTES: usize = 64 << 20;
+
+/// How a group is set up. Ranks are the endpoint's ranks.
+#[derive(Clone, Debug)]
+pub struct GroupOptions {
+    /// Tells groups on one endpoint apart (their tags); the members of one
+    /// group must use the same id.
+    pub id: u16,
+    /// The members (endpoint ranks); `None`: every rank of the job.
+    pub members: Option<Vec<u32>>,
+    /// Which members send (endpoint ranks).
+    pub senders: Senders,
+    /// Own messages that may be undelivered at some member (at least 1).
+    pub window: u32,
+    pub mode: Mode,
+    /// Largest payload [`Group::ordered_send`] takes (receive buffers are
+    /// this large).
+    pub max_message: usize,
+    /// A member that shows no sign of life for this long is excluded.
+    pub failure_timeout: Duration,
+    /// How often a member bumps its heartbeat and pushes its row.
+    pub heartbeat_interval: Duration,
+    /// Stop rather than go on when half or more of the view is suspected
+    /// (see the core's README).
+    pub partition_safety: bool,
+}
+
+impl Default for GroupOptions {
+    /// Group 0 of every rank, all senders, ordered, window 16, messages up
+    /// to 1 MiB, failure timeout 1 s, heartbeat 10 ms, partition safety on.
+    fn default() -> GroupOptions {
+        GroupOptions {
+            id: 0,
+            members: None,
+            senders: Senders::All,
+            window: 16,
+            mode: Mode::Ordered,
+            max_message: 1 << 20,
+            failure_timeout: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_millis(10),
+            partition_safety: true,
+        }
+    }
+}
+
+/// A delivered message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The view it was delivered in.
+    pub view: u64,
+    /// Its sender (endpoint rank).
+    pub sender: u32,
+    /// Its index among the sender's messages of `view`.
+    pub index: u64,
+    pub payload: Bytes,
+}
+
+/// What [`Group::recv`] returns, in delivery order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupEvent {
+    Message(Delivery),
+    /// View `view` is installed with `members` (endpoint ranks); the
+    /// messages that follow belong to it.
+    View {
+        view: u64,
+        members: Vec<u32>,
+    },
+}
+
+/// Why a group call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error("group configuration: {0}")]
+    Config(String),
+    #[error("this rank is not a sender of the group")]
+    NotASender,
+    #[error("a {len}-byte message is above the group's max_message of {max} bytes")]
+    TooLarge { len: usize, max: usize },
+    #[error("timed out")]
+    Timeout,
+    /// The others excluded this member (they suspected it).
+    #[error("excluded from the group in view {0}")]
+    Expelled(u64),
+    /// This member suspected half or more of its view and stopped.
+    #[error("stopped in view {0}: half or more of the view is unreachable (partition safety)")]
+    Partitioned(u64),
+    #[error("the group is closed")]
+    Closed,
+    #[error(transparent)]
+    Endpoint(#[from] Error),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Expelled(u64),
+    Partitioned(u64),
+    Failed,
+}
+
+impl Stop {
+    fn error(self) -> GroupError {
+        match self {
+            Stop::Expelled(v) => GroupError::Expelled(v),
+            Stop::Partitioned(v) => GroupError::Partitioned(v),
+            Stop::Failed => GroupError::Closed,
+        }
+    }
+}
+
+struct State {
+    /// Messages handed over by the application, not yet in the core.
+    outbox: VecDeque<Bytes>,
+    events: VecDeque<GroupEvent>,
+    stopped: Option<Stop>,
+    shutdown: bool,
+    view: u64,
+    members: Vec<u32>,
+}
+
+struct Common {
+    st: Mutex<State>,
+    /// Signalled when events arrive, the outbox drains or the group stops.
+    cv: Condvar,
+    /// The application handed the driver something: cut its wait short.
+    kick: AtomicBool,
+}
+
+impl Common {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One member of an ordered multicast group; see the [module
+/// documentation](self).
+///
+/// Create it on every member at about the same time (within the failure
+/// timeout; a barrier before is the simple way): a member whose group is
+/// not running yet looks dead to the others. The methods take `&self`, so
+/// one thread may send while another receives.
+pub struct Group {
+    common: Arc<Common>,
+    driver: Mutex<Option<JoinHandle<()>>>,
+    ep: Arc<Endpoint>,
+    me: u32,
+    sender: bool,
+    max_message: usize,
+    outbox_cap: usize,
+}
+
+impl Group {
+    /// Joins group `opts.id` on `ep` and starts its driver thread.
+    pub fn new(ep: Arc<Endpoint>, opts: GroupOptions) -> Result<Group, GroupError> {
+        let size = ep.size();
+        let me = ep.rank();
+        let mut members: Vec<u32> = opts.members.clone().unwrap_or_else(|| (0..size).collect());
+        members.sort_unstable();
+        members.dedup();
+        if let Some(m) = members.iter().find(|m| **m >= size) {
+            return Err(GroupError::Config(format!("member {m} is not a rank of the job of {size}")));
+        }
+        let Some(me_idx) = members.iter().position(|m| *m == me) else {
+            return Err(GroupError::Config(format!("rank {me} is not a member of the group")));
+        };
+        let idx = |r: u32| {
+            members
+                .iter()
+                .position(|m| *m == r)
+                .map(|i| i as u32)
+                .ok_or_else(|| GroupError::Config(format!("sender {r} is not a member of the group")))
+        };
+        let senders = match &opts.senders {
+            Senders::All => Senders::All,
+            Senders::One(r) => Senders::One(idx(*r)?),
+            Senders::List(l) => Senders::List(l.iter().map(|r| idx(*r)).collect::<Result<_, _>>()?),
+        };
+        let sender = match &opts.senders {
+            Senders::All => true,
+            Senders::One(r) => *r == me,
+            Senders::List(l) => l.contains(&me),
+        };
+        if opts.max_message > u32::MAX as usize {
+            return Err(GroupError::Config("max_message is above 4 GiB - 1".into()));
+        }
+        if opts.heartbeat_interval.is_zero() || opts.failure_timeout <= opts.heartbeat_interval {
+            return Err(GroupError::Config("the failure timeout must be longer than the heartbeat interval".into()));
+        }
+        let cfg = multirail_group::GroupConfig {
+            members: members.len() as u32,
+            me: me_idx as u32,
+            senders,
+            window: opts.window,
+            mode: opts.mode,
+            failure_timeout: opts.failure_timeout,
+            heartbeat_interval: opts.heartbeat_interval,
+            partition_safety: opts.partition_safety,
+        };
+        let core = GroupCore::new(cfg).map_err(|e| GroupError::Config(format!("{e:?}")))?;
+        let common = Arc::new(Common {
+            st: Mutex::new(State {
+                outbox: VecDeque::new(),
+                events: VecDeque::new(),
+                stopped: None,
+                shutdown: false,
+                view: 0,
+                members: members.clone(),
+            }),
+            cv: Condvar::new(),
+            kick: AtomicBool::new(false),
+        });
+        let max_frame = opts.max_message + DATA_OVERHEAD;
+        let n = members.len();
+        let driver = Driver {
+            ep: ep.clone(),
+            common: common.clone(),
+            core,
+            ranks: members,
+            me: me_idx,
+            data_tag: GROUP_TAGS + 2 * u64::from(opts.id),
+            ctrl_tag: GROUP_TAGS + 2 * u64::from(opts.id) + 1,
+            data_frame: max_frame,
+            ctrl_frame: 128 + 48 * n,
+            posted_data: (POSTED_DATA_BYTES / max_frame).clamp(2, (opts.window as usize).clamp(2, 16)),
+            tick: (opts.heartbeat_interval / 2).max(Duration::from_millis(1)),
+            lost: vec![false; n],
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("multirail-group-{}", opts.id))
+            .spawn(move || driver.run())
+            .map_err(Error::Io)?;
+        Ok(Group {
+            common,
+            driver: Mutex::new(Some(handle)),
+            ep,
+            me,
+            sender,
+            max_message: opts.max_message,
+            outbox_cap: opts.window.max(1) as usize,
+        })
+    }
+
+    /// The endpoint the group runs on.
+    pub fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.ep
+    }
+
+    /// This member's endpoint rank.
+    pub fn rank(&self) -> u32 {
+        self.me
+    }
+
+    /// The current view's number and members (endpoint ranks), as the
+    /// driver last installed it (events already queued may be older).
+    pub fn view(&self) -> (u64, Vec<u32>) {
+        let st = self.common.lock();
+        (st.view, st.members.clone())
+    }
+
+    /// Multicasts `payload` to the group. Blocks while the send window is
+    /// full: `window` own messages are undelivered at some member and
+    /// `window` more wait in the group's queue. Returns once the message
+    /// is queued; it is delivered (also here) through [`Group::recv`].
+    pub fn ordered_send(&self, payload: Bytes) -> Result<(), GroupError> {
+        self.send_until(payload, None)
+    }
+
+    /// [`Group::ordered_send`] giving up after `timeout` (the message is
+    /// then not sent).
+    pub fn ordered_send_timeout(&self, payload: Bytes, timeout: Duration) -> Result<(), GroupError> {
+        self.send_until(payload, Some(Instant::now() + timeout))
+    }
+
+    fn send_until(&self, payload: Bytes, deadline: Option<Instant>) -> Result<(), GroupError> {
+        if !self.sender {
+            return Err(GroupError::NotASender);
+        }
+        if payload.len() > self.max_message {
+            return Err(GroupError::TooLarge { len: payload.len(), max: self.max_message });
+        }
+        let mut st = self.common.lock();
+        loop {
+            if let Some(s) = st.stopped {
+                return Err(s.error());
+            }
+            if st.shutdown {
+                return Err(GroupError::Closed);
+            }
+            if st.outbox.len() < self.outbox_cap {
+                break;
+            }
+            st = self.wait(st, deadline)?;
+        }
+        let first = st.outbox.is_empty();
+        st.outbox.push_back(payload);
+        drop(st);
+        if first {
+            self.common.kick.store(true, Ordering::Release);
+            self.ep.nudge();
+        }
+        Ok(())
+    }
+
+    /// The next delivery or view change; blocks until there is one.
+    /// After the member stopped (excluded, partitioned), what was
+    /// delivered before comes out first, then the error.
+    pub fn recv(&self) -> Result<GroupEvent, GroupError> {
+        self.recv_until(None)?.ok_or(GroupError::Timeout)
+    }
+
+    /// [`Group::recv`] waiting at most `timeout`: `Ok(None)` if nothing
+    /// came.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<GroupEvent>, GroupError> {
+        self.recv_until(Some(Instant::now() + timeout))
+    }
+
+    /// The next delivery or view change if there is one, without waiting.
+    pub fn try_recv(&self) -> Result<Option<GroupEvent>, GroupError> {
+        let mut st = self.common.lock();
+        if let Some(e) = st.events.pop_front() {
+            return Ok(Some(e));
+        }
+        match st.stopped {
+            Some(s) => Err(s.error()),
+            None => Ok(None),
+        }
+    }
+
+    fn recv_until(&self, deadline: Option<Instant>) -> Result<Option<GroupEvent>, GroupError> {
+        let mut st = self.common.lock();
+        loop {
+            if let Some(e) = st.events.pop_front() {
+                return Ok(Some(e));
+            }
+            if let Some(s) = st.stopped {
+                return Err(s.error());
+            }
+            if st.shutdown {
+                return Err(GroupError::Closed);
+            }
+            st = match self.wait(st, deadline) {
+                Ok(st) => st,
+                Err(GroupError::Timeout) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+        }
+    }
+
+    fn wait<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+    ) -> Result<MutexGuard<'a, State>, GroupError> {
+        let t = match deadline {
+            None => Duration::from_millis(100),
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(GroupError::Timeout);
+                }
+                (d - now).min(Duration::from_millis(100))
+            }
+        };
+        Ok(self.common.cv.wait_timeout(st, t).unwrap_or_else(|e| e.into_inner()).0)
+    }
+
+    /// Leaves: stops the driver thread (calls blocked in other threads
+    /// return [`GroupError::Closed`]). The group's receives stay posted on
+    /// the endpoint until it closes (a later group on it needs another
+    /// id). The others see this member go silent and exclude it after the
+    /// failure timeout unless they stop too: end a run with a barrier
+    /// first.
+    pub fn close(&self) {
+        let handle = self.driver.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = handle {
+            self.common.lock().shutdown = true;
+            self.common.kick.store(true, Ordering::Release);
+            self.ep.nudge();
+            let _ = h.join();
+            self.common.cv.notify_all();
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Posted {
+    id: ReqId,
+    /// Core rank of the peer.
+    peer: u32,
+    data: bool,
+}
+
+/// The driver thread's state: the core, the posted receives, the sends in
+/// flight.
+struct Driver {
+    ep: Arc<Endpoint>,
+    common: Arc<Common>,
+    core: GroupCore,
+    /// Endpoint rank of each core rank.
+    ranks: Vec<u32>,
+    me: usize,
+    data_tag: u64,
+    ctrl_tag: u64,
+    data_frame: usize,
+    ctrl_frame: usize,
+    posted_data: usize,
+    tick: Duration,
+    /// Core ranks reported lost to the core.
+    lost: Vec<bool>,
+}
+
+impl Driver {
+    fn post(&self, peer: u32, data: bool) -> Option<Posted> {
+        let (tag, len) = if data { (self.data_tag, self.data_frame) } else { (self.ctrl_tag, self.ctrl_frame) };
+        let id = self.ep.irecv_exact(self.ranks[peer as usize], tag, BytesMut::zeroed(len)).ok()?;
+        Some(Posted { id, peer, data })
+    }
+
+    fn lose(&mut self, peer: u32) {
+        if !std::mem::replace(&mut self.lost[peer as usize], true) {
+            self.core.on_peer_lost(peer);
+        }
+    }
+
+    fn run(mut self) {
+        let t0 = Instant::now();
+        let mut recvs: Vec<Posted> = Vec::new();
+        for j in 0..self.ranks.len() as u32 {
+            if j as usize == self.me {
+                continue;
+            }
+            for k in 0..self.posted_data + POSTED_CTRL {
+                match self.post(j, k < self.posted_data) {
+                    Some(p) => recvs.push(p),
+                    None => self.lose(j),
+                }
+            }
+        }
+        let mut sends: Vec<(ReqId, u32)> = Vec::new();
+        // The last data frame encoded: each goes to every peer.
+        let mut encoded: Option<((u64, u32, u64), Bytes)> = None;
+        let mut again = false;
+        loop {
+            // The application's messages, as far as the window allows.
+            {
+                let mut st = self.common.lock();
+                if st.shutdown {
+                    break;
+                }
+                self.common.kick.store(false, Ordering::Release);
+                let mut moved = false;
+                while let Some(p) = st.outbox.front() {
+                    match self.core.send(p.clone()) {
+                        Ok(_) => {
+                            st.outbox.pop_front();
+                            moved = true;
+                        }
+                        Err(multirail_group::SendError::TooLarge | multirail_group::SendError::NotASender) => {
+                            // Checked by the caller; drop it rather than stall.
+                            st.outbox.pop_front();
+                        }
+                        Err(_) => break,
+                    }
+                }
+                if moved {
+                    self.common.cv.notify_all();
+                }
+            }
+            // Arrivals.
+            let mut i = 0;
+            while i < recvs.len() {
+                let Some(c) = self.ep.take_completion(recvs[i].id) else {
+                    i += 1;
+                    continue;
+                };
+                let p = recvs.swap_remove(i);
+                match c {
+                    Completion::Recv(Ok(st), mut buf) => {
+                        buf.truncate(st.len as usize);
+                        match Frame::decode(&buf.freeze()) {
+                            Ok(f) => self.core.on_message(p.peer, f),
+                            Err(e) => tracing::warn!(peer = self.ranks[p.peer as usize], "group frame dropped: {e}"),
+                        }
+                    }
+                    Completion::Recv(Err(RecvError::Truncated { status, buf_len }), _) => {
+                        tracing::warn!(peer = status.peer, len = status.len, buf_len, "group frame too long, dropped");
+                    }
+                    Completion::Recv(Err(_), _) | Completion::Send(_) => {
+                        self.lose(p.peer);
+                        continue;
+                    }
+                }
+                if !self.lost[p.peer as usize] {
+                    match self.post(p.peer, p.data) {
+                        Some(n) => recvs.push(n),
+                        None => self.lose(p.peer),
+                    }
+                }
+            }
+            // Sends that finished (a failed one means the peer is gone).
+            let mut failed = Vec::new();
+            sends.retain(|(id, peer)| match self.ep.take_completion(*id) {
+                None => true,
+                Some(Completion::Send(Err(_))) => {
+                    failed.push(*peer);
+                    false
+                }
+                Some(_) => false,
+            });
+            for p in failed {
+                self.lose(p);
+            }
+            self.core.on_tick(t0.elapsed());
+            let effects = self.core.drain_effects();
+            let mut events = Vec::new();
+            let mut view = None;
+            let mut stop = None;
+            for e in effects {
+                match e {
+                    Effect::Send { to, frame } => {
+                        if self.lost[to as usize] {
+                            continue;
+                        }
+                        let (tag, bytes) = match &frame {
+                            Frame::Data { view, sender, index, .. } => {
+                                let key = (*view, *sender, *index);
+                                let bytes = match &encoded {
+                                    Some((k, b)) if *k == key => b.clone(),
+                                    _ => {
+                                        let b = frame.encode();
+                                        encoded = Some((key, b.clone()));
+                                        b
+                                    }
+                                };
+                                (self.data_tag, bytes)
+                            }
+                            _ => (self.ctrl_tag, frame.encode()),
+                        };
+                        match self.ep.isend_reserved(self.ranks[to as usize], tag, bytes) {
+                            Ok(id) => sends.push((id, to)),
+                            Err(_) => {
+                                self.lose(to);
+                                again = true;
+                            }
+                        }
+                    }
+                    Effect::Deliver { view, sender, index, payload } => {
+                        let sender = self.ranks[sender as usize];
+                        events.push(GroupEvent::Message(Delivery { view, sender, index, payload }));
+                    }
+                    Effect::ViewChange { view_id, members } => {
+                        let members: Vec<u32> = members.iter().map(|m| self.ranks[*m as usize]).collect();
+                        view = Some((view_id, members.clone()));
+                        events.push(GroupEvent::View { view: view_id, members });
+                        again = true;
+                    }
+                    Effect::Wedged { view_id, suspected } => {
+                        tracing::info!(view_id, ?suspected, "group view change begins");
+                    }
+                    Effect::Expelled { view_id } => stop = Some(Stop::Expelled(view_id)),
+                    Effect::Partitioned { view_id } => stop = Some(Stop::Partitioned(view_id)),
+                }
+            }
+            if self.core.is_stopped() && stop.is_none() {
+                stop = Some(Stop::Failed);
+            }
+            if !events.is_empty() || view.is_some() || stop.is_some() {
+                let mut st = self.common.lock();
+                st.events.extend(events);
+                if let Some((v, m)) = view {
+                    st.view = v;
+                    st.members = m;
+                }
+                if stop.is_some() {
+                    st.stopped = stop;
+                }
+                drop(st);
+                self.common.cv.notify_all();
+            }
+            if stop.is_some() {
+                break;
+            }
+            if std::mem::take(&mut again) {
+                continue;
+            }
+            let ids: Vec<ReqId> = recvs.iter().map(|p| p.id).collect();
+            let kick = &self.common.kick;
+            let mut ready =
+                |g: &crate::shared::Inner| kick.load(Ordering::Acquire) || ids.iter().any(|id| g.done.contains_key(id));
+            if self.ep.wait_for(&mut ready, Instant::now() + self.tick).is_err() {
+                let mut st = self.common.lock();
+                st.stopped.get_or_insert(Stop::Failed);
+                drop(st);
+                self.common.cv.notify_all();
+                break;
+            }
+        }
+    }
+}
