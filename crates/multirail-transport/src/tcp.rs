@@ -14,6 +14,7 @@ use multirail_proto::wire::FrameHeader;
 use multirail_proto::wire::frame::Limits;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
+use crate::shm::cma;
 use crate::{Flushed, FrameSink, Rail, RailCaps, RailError, Received};
 
 /// Staging buffer for reading headers and small frames in few syscalls.
@@ -138,7 +139,33 @@ pub trait ByteStream: Send {
     fn deadline(&self) -> Option<Instant> {
         None
     }
+    /// Single-copy transfers (shared memory with CMA, [`crate::shm::cma`]):
+    /// payloads of at least this many bytes are *lent* — the stream
+    /// carries only their address, the peer copies them out of our memory
+    /// and says so ([`ByteStream::lent_done`]). `None`: never.
+    fn lend_min(&self) -> Option<usize> {
+        None
+    }
+    /// How many lent payloads the peer has copied, ever (untrusted).
+    fn lent_done(&self) -> u64 {
+        0
+    }
+    /// Copies the payload the peer lent at `addr` into `dst` (`None`:
+    /// drops it) and tells the peer it is done with it. An error fails
+    /// the stream.
+    fn copy_lent(&mut self, addr: u64, dst: Option<&mut [u8]>) -> io::Result<()> {
+        let _ = (addr, dst);
+        Err(io::Error::new(io::ErrorKind::InvalidData, "the peer lent a payload on a stream without single copy"))
+    }
 }
+
+/// Frame flag bit, private to a [`StreamRail`] and cleared before the
+/// header is parsed: the payload is lent (a [`crate::shm::cma`]
+/// descriptor follows instead of the bytes). Streams that cannot lend
+/// never set it, and refuse it.
+const LENT_FLAG: u8 = 0x80;
+/// Index of the flags' high byte in an encoded header.
+const FLAGS_HIGH: usize = 3;
 
 impl ByteStream for TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -181,6 +208,22 @@ pub struct StreamRail<S: ByteStream> {
     /// will be announced; reading again now would only say EAGAIN.
     drained: bool,
     last_activity: Instant,
+    /// Payloads lent to the peer and not yet copied by it, oldest first.
+    lent: VecDeque<Bytes>,
+    /// Payloads ever lent; `lent_total - lent.len()` were returned.
+    lent_total: u64,
+}
+
+impl<S: ByteStream> Drop for StreamRail<S> {
+    fn drop(&mut self) {
+        if !self.lent.is_empty() {
+            // The peer may be copying from these payloads right now: end
+            // the stream first (the peer checks that after every copy, see
+            // `crate::shm::cma`), and only then let them go.
+            self.stream.shutdown();
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 impl StreamRail<TcpStream> {
@@ -210,6 +253,25 @@ impl<S: ByteStream> StreamRail<S> {
             headers_only: false,
             drained: false,
             last_activity: Instant::now(),
+            lent: VecDeque::new(),
+            lent_total: 0,
+        }
+    }
+
+    /// Payloads lent and not yet copied by the peer.
+    pub fn lent_outstanding(&self) -> usize {
+        self.lent.len()
+    }
+
+    /// Lets go of the payloads the peer has copied.
+    fn release_lent(&mut self) {
+        if self.lent.is_empty() {
+            return;
+        }
+        let returned = self.stream.lent_done().min(self.lent_total);
+        let keep = (self.lent_total - returned) as usize;
+        while self.lent.len() > keep {
+            self.lent.pop_front();
         }
     }
 
@@ -303,7 +365,18 @@ impl<S: ByteStream> Rail for StreamRail<S> {
     }
 
     fn send(&mut self, header: &FrameHeader, payload: Bytes) {
-        let f = OutFrame { header: header.to_bytes(), payload };
+        let mut bytes = header.to_bytes();
+        let payload = match self.stream.lend_min() {
+            Some(min) if payload.len() >= min.max(1) => {
+                bytes[FLAGS_HIGH] |= LENT_FLAG;
+                let d = cma::descriptor(payload.as_ptr() as u64, payload.len() as u64);
+                self.lent.push_back(payload);
+                self.lent_total += 1;
+                Bytes::copy_from_slice(&d)
+            }
+            _ => payload,
+        };
+        let f = OutFrame { header: bytes, payload };
         self.out_bytes += f.len();
         self.out.push_back(f);
     }
@@ -313,6 +386,7 @@ impl<S: ByteStream> Rail for StreamRail<S> {
     }
 
     fn flush(&mut self) -> Result<Flushed, RailError> {
+        self.release_lent();
         let mut res = Flushed::default();
         while !self.out.is_empty() {
             let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
@@ -357,6 +431,7 @@ impl<S: ByteStream> Rail for StreamRail<S> {
     }
 
     fn poll_recv(&mut self, sink: &mut dyn FrameSink) -> Result<Received, RailError> {
+        self.release_lent();
         let mut res = Received::default();
         self.drained = false;
         let start = (self.hi - self.lo) as isize;
@@ -373,6 +448,37 @@ impl<S: ByteStream> Rail for StreamRail<S> {
                 } else if !progressed {
                     return Ok(res);
                 }
+            } else if self.hi - self.lo >= FrameHeader::LEN && self.stage[self.lo + FLAGS_HIGH] & LENT_FLAG != 0 {
+                // A lent payload: header and descriptor, then one copy
+                // from the peer's memory straight into the destination.
+                let mut raw = [0u8; FrameHeader::LEN];
+                raw.copy_from_slice(&self.stage[self.lo..self.lo + FrameHeader::LEN]);
+                raw[FLAGS_HIGH] &= !LENT_FLAG;
+                let header = FrameHeader::parse(&raw, &self.limits)?;
+                if self.hi - self.lo < FrameHeader::LEN + cma::DESCRIPTOR_LEN {
+                    if !self.fill_stage()? {
+                        return Ok(res);
+                    }
+                    continue;
+                }
+                let at = self.lo + FrameHeader::LEN;
+                let (addr, len) = cma::parse_descriptor(&self.stage[at..at + cma::DESCRIPTOR_LEN]);
+                if len != header.payload_len() as u64 || len == 0 {
+                    return Err(RailError::Io(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("a lent payload of {len} bytes in a frame of {}", header.payload_len()),
+                    )));
+                }
+                self.lo = at + cma::DESCRIPTOR_LEN;
+                self.headers_only = false;
+                let dest = sink.on_header(&header)?;
+                // Held as partial while copying, so an error gives it back.
+                let p = self.partial.insert(Partial { header, dest, got: 0 });
+                self.stream.copy_lent(addr, p.dest.as_mut_slice())?;
+                let p = self.partial.take().expect("just put");
+                res.bytes += FrameHeader::LEN + p.header.payload_len();
+                res.frames += 1;
+                sink.on_payload(&p.header, p.dest, true)?;
             } else if self.hi - self.lo >= FrameHeader::LEN {
                 let header = FrameHeader::parse(&self.stage[self.lo..self.hi], &self.limits)?;
                 // In a stream of large frames, read only the next header into
@@ -483,5 +589,105 @@ mod tests {
             }
         };
         assert!(matches!(err, RailError::Closed));
+    }
+
+    fn shm_rail(s: crate::shm::ShmStream) -> StreamRail<crate::shm::ShmStream> {
+        let caps = RailCaps { name: "s".into(), bandwidth: 0, latency: Duration::ZERO, max_frame: 1 << 24 };
+        StreamRail::over(s, caps, Limits::default())
+    }
+
+    fn frame(seq: u64, n: usize) -> (FrameHeader, Bytes) {
+        let mut h = FrameHeader::new(multirail_proto::wire::Op::Eager);
+        h.seq = seq;
+        h.total_len = n as u64;
+        h.frag_len = n as u32;
+        (h, Bytes::from((0..n).map(|i| (i as u8) ^ (seq as u8)).collect::<Vec<u8>>()))
+    }
+
+    /// Streams with single copy: frames at or above the threshold are
+    /// lent (only a descriptor goes through the ring), smaller ones are
+    /// copied through it; all arrive intact and in order, and the writer
+    /// lets go of each lent payload once the reader copied it.
+    #[test]
+    fn lent_payloads_arrive_intact_in_order_and_are_returned() {
+        const MIN: usize = 16 << 10;
+        let (a, b) = crate::shm::ShmStream::pair_cma(64 << 10, MIN).unwrap();
+        if !a.lends() {
+            eprintln!("skipped: process_vm_readv is not allowed here");
+            return;
+        }
+        let (mut a, mut b) = (shm_rail(a), shm_rail(b));
+        // Larger than the ring (64 KiB) too: a lent payload does not need room in it.
+        let sizes = [MIN, 5, MIN - 1, 3 << 20, 0, 200 << 10, MIN + 1];
+        let sent: Vec<(FrameHeader, Bytes)> = sizes.iter().enumerate().map(|(i, &n)| frame(i as u64, n)).collect();
+        for (h, p) in &sent {
+            a.send(h, p.clone());
+        }
+        assert_eq!(a.lent_outstanding(), 4, "the four payloads of at least {MIN} bytes are lent");
+        // Lent frames take 64 bytes of the ring, not their payload.
+        let ring_bytes: usize = sizes.iter().map(|&n| FrameHeader::LEN + if n >= MIN { 16 } else { n }).sum();
+        assert_eq!(a.queued_bytes(), ring_bytes);
+        let mut sink = CollectSink::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sink.frames.len() < sizes.len() {
+            assert!(std::time::Instant::now() < deadline, "timed out");
+            a.flush().unwrap();
+            b.poll_recv(&mut sink).unwrap();
+        }
+        for ((h, p), (gh, gp)) in sent.iter().zip(&sink.frames) {
+            assert_eq!(h, gh, "the header arrives as sent, without the private flag");
+            assert_eq!(&p[..], &gp[..], "payload of frame {}", h.seq);
+        }
+        a.flush().unwrap();
+        assert_eq!(a.lent_outstanding(), 0, "every loan returned once copied");
+    }
+
+    /// A writer that goes away with payloads still lent: the reader must
+    /// not deliver what it copies from the withdrawn memory.
+    #[test]
+    fn a_loan_withdrawn_before_the_copy_is_an_error_not_data() {
+        let (a, b) = crate::shm::ShmStream::pair_cma(64 << 10, 1024).unwrap();
+        if !a.lends() {
+            eprintln!("skipped: process_vm_readv is not allowed here");
+            return;
+        }
+        let (mut a, mut b) = (shm_rail(a), shm_rail(b));
+        let (h, p) = frame(1, 8192);
+        a.send(&h, p);
+        a.flush().unwrap();
+        assert_eq!(a.lent_outstanding(), 1);
+        drop(a);
+        let mut sink = CollectSink::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let err = loop {
+            assert!(std::time::Instant::now() < deadline, "timed out");
+            match b.poll_recv(&mut sink) {
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        };
+        assert!(sink.frames.is_empty(), "nothing delivered");
+        assert!(matches!(&err, RailError::Io(e) if e.kind() == io::ErrorKind::ConnectionAborted), "{err}");
+    }
+
+    /// A stream that cannot lend refuses a frame that claims to be lent.
+    #[test]
+    fn a_lent_frame_on_tcp_is_refused() {
+        let (mut a, b) = pair_streams();
+        let mut b = rail(b);
+        let (h, _) = frame(1, 4096);
+        let mut raw = h.to_bytes();
+        raw[FLAGS_HIGH] |= LENT_FLAG;
+        a.write_all(&raw).unwrap();
+        a.write_all(&cma::descriptor(4096, 4096)).unwrap();
+        let mut sink = CollectSink::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let err = loop {
+            assert!(std::time::Instant::now() < deadline);
+            if let Err(e) = b.poll_recv(&mut sink) {
+                break e;
+            }
+        };
+        assert!(matches!(&err, RailError::Io(e) if e.kind() == io::ErrorKind::InvalidData), "{err}");
     }
 }

@@ -105,6 +105,10 @@ pub struct Config {
     /// Bytes of each ring (one per direction) of a `shm` rail
     /// (MULTIRAIL_SHM_RING): a power of two from 64 KiB to 1 GiB.
     pub shm_ring: usize,
+    /// Payloads of at least this many bytes cross a `shm` rail by single
+    /// copy (`process_vm_readv`) where the kernel allows it; `None`: never
+    /// (MULTIRAIL_SHM_CMA: `auto` = 64K, `off`, or a size).
+    pub shm_cma: Option<usize>,
     /// Whether ranks on the same host talk over shared memory by
     /// themselves (MULTIRAIL_SHM; see [`crate::ShmMode`]).
     pub shm: crate::ShmMode,
@@ -127,6 +131,7 @@ impl Default for Config {
             job_id: 0,
             faults: Vec::new(),
             shm_ring: 4 << 20,
+            shm_cma: Some(multirail_transport::shm::cma::DEFAULT_MIN),
             shm: crate::ShmMode::Auto,
         }
     }
@@ -145,6 +150,19 @@ pub fn parse_switch(s: &str) -> Result<bool, String> {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
         _ => Err("expected 1/0, true/false, yes/no or on/off".into()),
+    }
+}
+
+/// `MULTIRAIL_SHM_CMA`: `auto`/`on` (the default threshold), `off`, or the
+/// smallest payload to lend (`16K`).
+fn parse_cma(v: &str) -> Result<Option<usize>, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "auto" | "on" | "yes" | "true" | "1" => Ok(Some(multirail_transport::shm::cma::DEFAULT_MIN)),
+        "off" | "no" | "false" | "0" => Ok(None),
+        _ => match parse_size(v) {
+            Ok(n) if n > 0 => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+            _ => Err("expected auto, off, or the smallest payload to copy once (a size such as 64K)".into()),
+        },
     }
 }
 
@@ -300,6 +318,9 @@ impl Config {
         if let Some(v) = env_size("MULTIRAIL_SHM_RING")? {
             self.shm_ring = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        if let Some(v) = env("MULTIRAIL_SHM_CMA") {
+            self.shm_cma = parse_cma(&v).map_err(|e| bad("MULTIRAIL_SHM_CMA", &v, e))?;
+        }
         if let Some(v) = env("MULTIRAIL_SHM") {
             self.shm = v.parse().map_err(|e| bad("MULTIRAIL_SHM", &v, e))?;
         }
@@ -444,6 +465,14 @@ pub fn parse_job(s: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn single_copy_threshold_parses() {
+        assert_eq!(parse_cma("auto"), Ok(Some(64 << 10)));
+        assert_eq!(parse_cma("OFF"), Ok(None));
+        assert_eq!(parse_cma("16K"), Ok(Some(16 << 10)));
+        assert!(parse_cma("0K").is_err() && parse_cma("fast").unwrap_err().contains("auto, off"));
+    }
 
     #[test]
     fn setup_timeout_in_seconds_or_milliseconds() {

@@ -317,9 +317,9 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         // The peer opened the connection exactly when its rank is the
         // initiator; the opener creates the segment.
         let stream = if id.initiator == c.peer {
-            crate::shm_setup::accept(c.stream, cfg.handshake_timeout)
+            crate::shm_setup::accept(c.stream, cfg.handshake_timeout, cfg.shm_cma)
         } else {
-            crate::shm_setup::connect(c.stream, cfg.handshake_timeout, cfg.shm_ring)
+            crate::shm_setup::connect(c.stream, cfg.handshake_timeout, cfg.shm_ring, cfg.shm_cma)
         }
         .map_err(|e| format!("shm rail {} to rank {}: {e}", c.rail, c.peer))?;
         let caps = RailCaps { name: format!("shm -> rank {}", c.peer), ..caps };

@@ -107,6 +107,13 @@ impl Builder {
         self.cfg.shm = mode;
         self
     }
+    /// Payloads of at least this many bytes cross a `shm` rail by single
+    /// copy where the kernel allows it; `None`: always through the ring
+    /// (`MULTIRAIL_SHM_CMA`; default 64 KiB).
+    pub fn shm_cma(mut self, min: Option<usize>) -> Builder {
+        self.cfg.shm_cma = min;
+        self
+    }
     pub fn key(mut self, key: impl Into<Vec<u8>>) -> Builder {
         self.cfg.key = Some(key.into());
         self

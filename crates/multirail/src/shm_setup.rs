@@ -32,7 +32,7 @@ const NAME_PREFIX: &str = "multirail-shm-";
 const TOKEN: usize = 16;
 
 /// The accepting side (the peer opened the connection).
-pub(crate) fn accept(mut ctl: TcpStream, timeout: Duration) -> Result<ShmStream, String> {
+pub(crate) fn accept(mut ctl: TcpStream, timeout: Duration, cma: Option<usize>) -> Result<ShmStream, String> {
     let mut nonce = [0u8; 8];
     let mut token = [0u8; TOKEN];
     getrandom::fill(&mut nonce).map_err(|e| format!("no random numbers: {e}"))?;
@@ -71,11 +71,16 @@ pub(crate) fn accept(mut ctl: TcpStream, timeout: Duration) -> Result<ShmStream,
     };
     drop(listener);
     sock.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    ShmStream::pair_over(sock, Side::Opener, 0).map_err(|e| format!("shared segment from the peer: {e}"))
+    ShmStream::pair_over(sock, Side::Opener, 0, cma).map_err(|e| format!("shared segment from the peer: {e}"))
 }
 
 /// The opening side (we opened the connection).
-pub(crate) fn connect(mut ctl: TcpStream, timeout: Duration, capacity: usize) -> Result<ShmStream, String> {
+pub(crate) fn connect(
+    mut ctl: TcpStream,
+    timeout: Duration,
+    capacity: usize,
+    cma: Option<usize>,
+) -> Result<ShmStream, String> {
     ctl.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     let mut head = [0u8; 5];
     ctl.read_exact(&mut head).map_err(|e| format!("waiting for the peer's socket name: {e}"))?;
@@ -96,5 +101,5 @@ pub(crate) fn connect(mut ctl: TcpStream, timeout: Duration, capacity: usize) ->
     sock.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     sock.write_all(token).map_err(|e| format!("local socket: {e}"))?;
     drop(ctl);
-    ShmStream::pair_over(sock, Side::Creator, capacity).map_err(|e| format!("shared segment: {e}"))
+    ShmStream::pair_over(sock, Side::Creator, capacity, cma).map_err(|e| format!("shared segment: {e}"))
 }

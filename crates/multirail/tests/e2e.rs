@@ -151,6 +151,18 @@ fn shm_rail_both_engines() {
     exchange_on("shm", Progress::Threaded, "16K:single,*:adaptive", 41, 40);
 }
 
+/// The shm rail's two paths for large payloads: single copy from the
+/// sender's memory (lent from 1 byte on, so every payload takes it) and
+/// always through the ring (`MULTIRAIL_SHM_CMA=off`).
+#[test]
+fn shm_rail_single_copy_and_through_the_ring() {
+    for (i, cma) in [Some(1), None].into_iter().enumerate() {
+        let sizes = sizes(42 + i as u64, 40);
+        let b = move |_| builder("shm", Progress::Polled, "16K:single,*:adaptive").shm_cma(cma);
+        job(2, b, |ep| exchange_rank(ep, "shm", "16K:single,*:adaptive", &sizes));
+    }
+}
+
 #[test]
 fn shm_and_tcp_every_policy() {
     for (i, p) in ["*:single", "*:round-robin", "*:stripe", "*:weighted", "16K:spread,*:adaptive"].iter().enumerate() {

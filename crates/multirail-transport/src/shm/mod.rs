@@ -37,7 +37,8 @@
 //!
 //! ring, at a 128-byte aligned offset:
 //!      0  producer's line (128 B): head u64 (bytes ever written), producer_closed u32
-//!    128  consumer's line (128 B): tail u64 (bytes ever read),    consumer_closed u32
+//!    128  consumer's line (128 B): tail u64 (bytes ever read),    consumer_closed u32,
+//!                                   at +16 lent_done u64 (lent payloads copied, see [`cma`])
 //!    256  wake line       (128 B): consumer_wake u32, producer_wake u32
 //!    384  data area, `capacity` bytes; stream byte n is at data[n % capacity]
 //! ```
@@ -111,6 +112,7 @@
 //! garbage bytes or stop making progress; it cannot make us read or write
 //! outside the segment.
 
+pub mod cma;
 pub mod doorbell;
 pub mod ring;
 pub mod segment;

@@ -70,6 +70,9 @@ mod field {
     pub const TAIL: usize = RING_ALIGN;
     /// Consumer's line: "the consumer closed" (u32, 0 or 1).
     pub const CONSUMER_CLOSED: usize = RING_ALIGN + 8;
+    /// Consumer's line: lent payloads the consumer finished copying (u64,
+    /// single-copy transfers: `super::super::cma`).
+    pub const LENT_DONE: usize = RING_ALIGN + 16;
     /// Wake line: "the consumer sleeps until data arrives" (u32).
     pub const CONSUMER_WAKE: usize = 2 * RING_ALIGN;
     /// Wake line: "the producer sleeps until space is freed" (u32).
@@ -155,6 +158,9 @@ impl Region {
     }
     fn consumer_closed(&self) -> &AtomicU32 {
         self.u32_at(field::CONSUMER_CLOSED)
+    }
+    fn lent_done(&self) -> &AtomicU64 {
+        self.u64_at(field::LENT_DONE)
     }
     fn consumer_wake(&self) -> &AtomicU32 {
         self.u32_at(field::CONSUMER_WAKE)
@@ -359,6 +365,13 @@ impl Producer {
     pub fn is_consumer_closed(&self) -> bool {
         self.region.consumer_closed().load(Ordering::Acquire) != 0
     }
+
+    /// How many lent payloads the consumer has finished copying
+    /// ([`Consumer::lent_copied`]). Untrusted: the caller treats a count
+    /// beyond what it lent as "all of them".
+    pub fn lent_done(&self) -> u64 {
+        self.region.lent_done().load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Producer {
@@ -488,6 +501,14 @@ impl Consumer {
     pub fn close(&self) {
         self.region.consumer_closed().store(1, Ordering::Release);
     }
+
+    /// Tells the producer one more of the payloads it lent has been copied
+    /// and its memory may go ([`Producer::lent_done`]). Only this side
+    /// writes the counter, so a plain load and store are enough.
+    pub fn lent_copied(&self) {
+        let c = self.region.lent_done();
+        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    }
 }
 
 impl Drop for Consumer {
@@ -574,6 +595,8 @@ mod tests {
         assert_eq!(field::PRODUCER_CLOSED / RING_ALIGN, 0);
         assert_eq!(field::TAIL / RING_ALIGN, 1);
         assert_eq!(field::CONSUMER_CLOSED / RING_ALIGN, 1);
+        assert_eq!(field::LENT_DONE / RING_ALIGN, 1);
+        assert_eq!(field::LENT_DONE % 8, 0);
         assert_eq!(field::CONSUMER_WAKE / RING_ALIGN, 2);
         assert_eq!(field::PRODUCER_WAKE / RING_ALIGN, 2);
         assert_eq!(field::DATA, RING_HEADER);

@@ -16,15 +16,18 @@
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
 use super::ShmError;
+use super::cma::{self, Cma};
 use super::doorbell::{Doorbell, recv_fd, send_fd};
 use super::ring::{Consumer, Producer};
 use super::segment::{Segment, Side};
 
-/// Message sent with the segment's fd.
-const HELLO: &[u8] = b"multirail-shm/1";
+/// Message sent with the segment's fd (`/2`: followed by the CMA
+/// handshake, [`super::cma::handshake`]).
+const HELLO: &[u8] = b"multirail-shm/2";
 /// The opener's answer once it has validated and mapped the segment.
 const ACK: u8 = b'A';
 
@@ -46,6 +49,10 @@ pub struct ShmStream {
     armed: bool,
     /// Empty reads since the doorbell was last looked at (engine mode).
     empty_reads: u32,
+    /// Single-copy transfers, as the handshake decided.
+    cma: Cma,
+    /// Payloads of at least this many bytes are lent (with `cma.lend`).
+    lend_min: usize,
 }
 
 /// In engine mode, a busy loop that never sleeps still looks at the
@@ -64,7 +71,17 @@ impl ShmStream {
     /// `ring_capacity` is ignored), then acknowledges. Blocks until done:
     /// pass a blocking socket, with a read timeout if the peer may hang.
     /// Afterwards the socket is the stream's non-blocking doorbell.
-    pub fn pair_over(sock: UnixStream, side: Side, ring_capacity: usize) -> Result<ShmStream, ShmError> {
+    ///
+    /// Then both sides run the CMA handshake ([`super::cma`]): with `cma`
+    /// `Some(min)` each offers to read the other's memory directly and to
+    /// lend its own payloads of at least `min` bytes; the stream does so in
+    /// each direction the kernel allows. `None`: never.
+    pub fn pair_over(
+        sock: UnixStream,
+        side: Side,
+        ring_capacity: usize,
+        cma: Option<usize>,
+    ) -> Result<ShmStream, ShmError> {
         let (tx, rx) = match side {
             Side::Creator => {
                 let seg = Segment::create(ring_capacity)?;
@@ -94,7 +111,11 @@ impl ShmStream {
                 ends
             }
         };
-        Ok(ShmStream::from_parts(tx, rx, Doorbell::new(sock)?))
+        let agreed = cma::handshake(&sock, cma.is_some())?;
+        let mut s = ShmStream::from_parts(tx, rx, Doorbell::new(sock)?);
+        s.cma = agreed;
+        s.lend_min = cma.unwrap_or(usize::MAX);
+        Ok(s)
     }
 
     /// Both ends of a stream in this process (two mappings of one
@@ -106,6 +127,28 @@ impl ShmStream {
         let (atx, arx) = seg.endpoints(Side::Creator)?;
         let (btx, brx) = other.endpoints(Side::Opener)?;
         Ok((ShmStream::from_parts(atx, arx, Doorbell::new(a)?), ShmStream::from_parts(btx, brx, Doorbell::new(b)?)))
+    }
+
+    /// [`pair`](Self::pair) with single-copy transfers both ways, where
+    /// this process may read itself with `process_vm_readv`.
+    /// Payloads of at least `min` bytes are lent.
+    pub fn pair_cma(ring_capacity: usize, min: usize) -> Result<(ShmStream, ShmStream), ShmError> {
+        let (mut a, mut b) = ShmStream::pair(ring_capacity)?;
+        let probe = 0x5a5a_1234_u64;
+        let mut got = [0u8; 8];
+        let me = std::process::id() as i32;
+        if cma::read_from(me, &probe as *const u64 as u64, &mut got).is_ok() && u64::from_le_bytes(got) == probe {
+            a.cma = Cma { read_from: Some(me), lend: true };
+            b.cma = a.cma;
+            a.lend_min = min;
+            b.lend_min = min;
+        }
+        Ok((a, b))
+    }
+
+    /// Whether large payloads go to the peer by single copy.
+    pub fn lends(&self) -> bool {
+        self.cma.lend
     }
 
     /// A stream from its pieces: the producer towards the peer, the
@@ -121,6 +164,8 @@ impl ShmStream {
             engine_arms: false,
             armed: false,
             empty_reads: 0,
+            cma: Cma::default(),
+            lend_min: usize::MAX,
         }
     }
 
@@ -345,6 +390,34 @@ impl crate::tcp::ByteStream for ShmStream {
         self.armed = !go_on;
         go_on
     }
+
+    fn lend_min(&self) -> Option<usize> {
+        self.cma.lend.then_some(self.lend_min)
+    }
+
+    fn lent_done(&self) -> u64 {
+        self.tx.lent_done()
+    }
+
+    fn copy_lent(&mut self, addr: u64, dst: Option<&mut [u8]>) -> io::Result<()> {
+        let Some(pid) = self.cma.read_from else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the peer lent a payload although we cannot read its memory",
+            ));
+        };
+        if let Some(dst) = dst {
+            cma::read_from(pid, addr, dst)?;
+        }
+        // The peer marks its ring closed before it lets lent payloads go
+        // (`StreamRail`'s drop): a copy that raced with that is garbage.
+        fence(Ordering::SeqCst);
+        if self.rx.is_producer_closed() {
+            return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the peer withdrew a lent payload"));
+        }
+        self.rx.lent_copied();
+        Ok(())
+    }
 }
 
 impl Read for ShmStream {
@@ -475,7 +548,7 @@ mod tests {
         let (sa, sb) = UnixStream::pair().unwrap();
         let data = multirail_proto::sim::pattern(1, 8 << 20);
         let echo = std::thread::spawn(move || {
-            let mut s = ShmStream::pair_over(sb, Side::Opener, 0).unwrap();
+            let mut s = ShmStream::pair_over(sb, Side::Opener, 0, Some(cma::DEFAULT_MIN)).unwrap();
             let mut buf = vec![0u8; 30_000];
             let mut pending: Vec<u8> = Vec::new();
             let mut done = 0usize;
@@ -512,7 +585,7 @@ mod tests {
             }
             done
         });
-        let mut s = ShmStream::pair_over(sa, Side::Creator, CAP).unwrap();
+        let mut s = ShmStream::pair_over(sa, Side::Creator, CAP, Some(cma::DEFAULT_MIN)).unwrap();
         assert_eq!(s.capacity(), CAP);
         let back = pump(&mut s, &data, data.len()).unwrap();
         assert!(back == data, "echo differs");
@@ -553,7 +626,7 @@ mod tests {
             // A peer speaking another version refuses by closing.
             drop((fd, sb));
         });
-        let r = ShmStream::pair_over(sa, Side::Creator, 4096);
+        let r = ShmStream::pair_over(sa, Side::Creator, 4096, Some(cma::DEFAULT_MIN));
         opener.join().unwrap();
         match r {
             Err(ShmError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
@@ -563,7 +636,10 @@ mod tests {
         let (sa, sb) = UnixStream::pair().unwrap();
         let seg = Segment::create(4096).unwrap();
         send_fd(&sa, seg.fd(), b"multirail-shm/9").unwrap();
-        assert!(matches!(ShmStream::pair_over(sb, Side::Opener, 0), Err(ShmError::FdMessage(_))));
+        assert!(matches!(
+            ShmStream::pair_over(sb, Side::Opener, 0, Some(cma::DEFAULT_MIN)),
+            Err(ShmError::FdMessage(_))
+        ));
     }
 
     /// Whether `s`'s doorbell has been rung (readable now), draining it.
@@ -673,7 +749,7 @@ mod tests {
         // SAFETY: the parent passed us this fd (inherited on purpose) and
         // nothing else in this process owns it.
         let sock = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        let mut s = ShmStream::pair_over(sock, Side::Opener, 0).unwrap();
+        let mut s = ShmStream::pair_over(sock, Side::Opener, 0, Some(cma::DEFAULT_MIN)).unwrap();
         let mut echoed = 0;
         let mut buf = vec![0u8; 16_000];
         let end = Instant::now() + BOUND;
@@ -747,7 +823,7 @@ mod tests {
     fn run_child(mode: &str) -> (Vec<u8>, io::Result<usize>) {
         let (mut child, sock) = spawn_child(mode);
         sock.set_read_timeout(Some(BOUND)).unwrap();
-        let mut s = ShmStream::pair_over(sock, Side::Creator, CAP).unwrap();
+        let mut s = ShmStream::pair_over(sock, Side::Creator, CAP, Some(cma::DEFAULT_MIN)).unwrap();
         let data = multirail_proto::sim::pattern(9, CHILD_DATA);
         let back = pump(&mut s, &data, data.len()).unwrap();
         assert!(back == data, "echo from the child differs");
