@@ -6,6 +6,7 @@ pub mod threaded;
 use std::cell::Cell;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
@@ -22,6 +23,31 @@ pub(crate) const TIMER_RECHECK: Duration = Duration::from_millis(1);
 /// After work, timers are re-checked at most this often (the shortest
 /// protocol timer is the 1 ms acknowledgement delay).
 pub(crate) const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
+
+/// When the application's last wait ended, readable from any thread: the
+/// hand-off between a waiting thread and the engine's own threads is
+/// timed from it.
+pub(crate) struct LastWait {
+    origin: Instant,
+    /// Nanoseconds since `origin` when the last wait ended.
+    at: AtomicU64,
+}
+
+impl LastWait {
+    pub fn new() -> LastWait {
+        LastWait { origin: Instant::now(), at: AtomicU64::new(0) }
+    }
+
+    /// A wait ends now.
+    pub fn mark(&self) {
+        self.at.store(self.origin.elapsed().as_nanos() as u64, Ordering::Release);
+    }
+
+    /// Time since the last wait ended (since start if none has).
+    pub fn since(&self) -> Duration {
+        self.origin.elapsed().saturating_sub(Duration::from_nanos(self.at.load(Ordering::Acquire)))
+    }
+}
 
 pub(crate) struct MioWaker(pub mio::Waker);
 

@@ -3,7 +3,7 @@
 //! background thread runs it when nobody waits, so probes, ACKs and
 //! rendezvous replies keep flowing while the application computes.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,9 +94,7 @@ struct Loop {
     state: Mutex<PollState>,
     waker: Arc<MioWaker>,
     waiters: AtomicUsize,
-    /// Nanoseconds since `origin` when the last application wait ended.
-    last_wait: AtomicU64,
-    origin: Instant,
+    last_wait: super::LastWait,
 }
 
 pub(crate) struct Polled {
@@ -125,8 +123,7 @@ impl Polled {
             state: Mutex::new(PollState::new(poll, n, !spin.is_zero())),
             waker,
             waiters: AtomicUsize::new(0),
-            last_wait: AtomicU64::new(0),
-            origin: Instant::now(),
+            last_wait: super::LastWait::new(),
         });
         let (l2, sh) = (lp.clone(), shared.clone());
         let bg = std::thread::Builder::new().name("mr-progress".into()).spawn(move || background(&l2, &sh))?;
@@ -144,7 +141,7 @@ impl Polled {
     /// asleep in epoll) and the background thread keeps off.
     pub fn runs_soon(&self) -> bool {
         let lp = &self.lp;
-        let since = lp.origin.elapsed().saturating_sub(Duration::from_nanos(lp.last_wait.load(Ordering::Acquire)));
+        let since = lp.last_wait.since();
         lp.waiters.load(Ordering::Acquire) == 0 && since < HANDOFF
     }
 
@@ -181,7 +178,7 @@ impl Polled {
                 }
             }
         };
-        lp.last_wait.store(lp.origin.elapsed().as_nanos() as u64, Ordering::Release);
+        lp.last_wait.mark();
         lp.waiters.fetch_sub(1, Ordering::AcqRel);
         r
     }
@@ -189,7 +186,7 @@ impl Polled {
 
 fn background(lp: &Loop, shared: &Shared) {
     while !shared.shutdown.load(Ordering::Acquire) {
-        let since = lp.origin.elapsed().saturating_sub(Duration::from_nanos(lp.last_wait.load(Ordering::Acquire)));
+        let since = lp.last_wait.since();
         if lp.waiters.load(Ordering::Acquire) > 0 {
             // An application thread runs the loop. Look again now and
             // then (each look is a wake-up; with many ranks per core they

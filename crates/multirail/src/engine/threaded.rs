@@ -15,7 +15,7 @@
 //! output is queued for them. A waiter that stops spinning and sleeps
 //! unparks them first.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,9 +40,7 @@ struct Gate {
     spinning: AtomicUsize,
     /// Waiting threads asleep (they need the IO threads).
     sleeping: AtomicUsize,
-    /// Nanoseconds since `origin` when the last wait ended.
-    last_wait: AtomicU64,
-    origin: Instant,
+    last_wait: super::LastWait,
 }
 
 impl Gate {
@@ -56,12 +54,12 @@ impl Gate {
             // The spinner takes every rail's queued output.
             return Some(IDLE_LOOK);
         }
-        let since = self.origin.elapsed().saturating_sub(Duration::from_nanos(self.last_wait.load(Ordering::Acquire)));
+        let since = self.last_wait.since();
         (!woken && since < HANDOFF).then(|| HANDOFF - since)
     }
 
     fn wait_ended(&self) {
-        self.last_wait.store(self.origin.elapsed().as_nanos() as u64, Ordering::Release);
+        self.last_wait.mark();
     }
 }
 
@@ -111,8 +109,7 @@ impl Threaded {
         let gate = Arc::new(Gate {
             spinning: AtomicUsize::new(0),
             sleeping: AtomicUsize::new(0),
-            last_wait: AtomicU64::new(0),
-            origin: Instant::now(),
+            last_wait: super::LastWait::new(),
         });
         let mut threads = Vec::new();
         let mut wakers = Vec::new();
@@ -143,7 +140,7 @@ impl Threaded {
     /// the hand-off and will look at queued output when it ends.
     pub fn runs_soon(&self) -> bool {
         let g = &self.gate;
-        let since = g.origin.elapsed().saturating_sub(Duration::from_nanos(g.last_wait.load(Ordering::Acquire)));
+        let since = g.last_wait.since();
         g.spinning.load(Ordering::SeqCst) == 0 && g.sleeping.load(Ordering::SeqCst) == 0 && since < HANDOFF
     }
 
