@@ -43,6 +43,20 @@ use super::{CHUNK, EAGAIN, OfiError, c_string, check};
 use crate::spec::OfiTarget as Selector;
 use crate::tcp::ByteStream;
 
+/// Most bytes per `fi_send` through the `ofi_rxm` utility provider: its
+/// eager limit (`FI_OFI_RXM_BUFFER_SIZE`, 16 KiB by default). A larger
+/// send goes by rxm's segmentation or rendezvous protocol, which on the
+/// 2 x 2 Gbit testbed cost a tenth of the bandwidth (1 MiB messages,
+/// 2026-11-25: 409 MB/s with 64 KiB sends, 459-465 with 16 KiB, iperf3
+/// sum 471); raising rxm's buffer size instead tripled the ranks'
+/// memory (rxm pre-allocates its buffers at that size).
+const RXM_SEND: usize = 16 << 10;
+
+/// Bytes per `fi_send` for provider `prov_name` (`tcp;ofi_rxm`).
+pub fn send_size(prov_name: &str) -> usize {
+    if prov_name.contains("ofi_rxm") { RXM_SEND.min(CHUNK) } else { CHUNK }
+}
+
 /// Send buffers and receive buffers, each of [`CHUNK`] bytes.
 pub const SLOTS: usize = 16;
 /// Completion entries read per `fi_cq_read`.
@@ -120,6 +134,8 @@ pub struct OfiStream {
     send_ctx: ManuallyDrop<Box<[sys::fi_context2]>>,
     send_len: [usize; SLOTS],
     send_done: [bool; SLOTS],
+    /// Bytes per `fi_send` ([`send_size`]).
+    send_max: usize,
     /// Monotonic counts: sends completed <= posted <= filled.
     completed: u64,
     posted: u64,
@@ -182,6 +198,7 @@ impl OfiStream {
         // Declared after the buffers, so that on an early return it is
         // dropped (and its registrations closed) before they are freed.
         let mut ep = ep;
+        let send_max = send_size(&ep.provider());
         // SAFETY: both regions are heap allocations that never move and
         // are freed only after `ep` (declared first) has been dropped.
         let (recv_desc, send_desc) = unsafe {
@@ -220,6 +237,7 @@ impl OfiStream {
             send_ctx: ManuallyDrop::new((0..SLOTS).map(|_| context()).collect()),
             send_len: [0; SLOTS],
             send_done: [false; SLOTS],
+            send_max,
             completed: 0,
             posted: 0,
             filled: 0,
@@ -567,9 +585,10 @@ impl ByteStream for OfiStream {
         while self.filled - self.completed < SLOTS as u64 && parts.peek().is_some() {
             let i = (self.filled % SLOTS as u64) as usize;
             let mut len = 0;
-            while len < CHUNK {
+            let max = self.send_max;
+            while len < max {
                 let Some(part) = parts.peek() else { break };
-                let take = (part.len() - part_pos).min(CHUNK - len);
+                let take = (part.len() - part_pos).min(max - len);
                 // SAFETY: slot i is free (its send completed, or never
                 // posted) and has CHUNK bytes; len + take <= CHUNK.
                 unsafe { ptr::copy_nonoverlapping(part[part_pos..].as_ptr(), self.send_buf.slot(i).add(len), take) };
@@ -705,6 +724,14 @@ mod tests {
             }
         }
         assert_eq!(a.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn sends_through_rxm_stay_within_its_eager_limit() {
+        assert_eq!(send_size("tcp;ofi_rxm"), 16 << 10);
+        assert_eq!(send_size("verbs;ofi_rxm"), 16 << 10);
+        assert_eq!(send_size("shm"), CHUNK);
+        assert_eq!(send_size("tcp"), CHUNK);
     }
 
     #[test]
