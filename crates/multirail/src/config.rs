@@ -318,6 +318,13 @@ impl Config {
         if let Some(v) = env_size("MULTIRAIL_SHM_RING")? {
             self.shm_ring = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        if let Some(v) = env_size("MULTIRAIL_OFI_SEND")? {
+            // Read by the ofi rail itself when it opens; checked here so a
+            // bad value is an error, not silently the default.
+            if v == 0 || v > 64 << 10 {
+                return Err(bad("MULTIRAIL_OFI_SEND", &v.to_string(), "give a size from 1 byte to 64K"));
+            }
+        }
         if let Some(v) = env("MULTIRAIL_SHM_CMA") {
             self.shm_cma = parse_cma(&v).map_err(|e| bad("MULTIRAIL_SHM_CMA", &v, e))?;
         }

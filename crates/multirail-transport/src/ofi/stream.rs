@@ -43,18 +43,31 @@ use super::{CHUNK, EAGAIN, OfiError, c_string, check};
 use crate::spec::OfiTarget as Selector;
 use crate::tcp::ByteStream;
 
-/// Most bytes per `fi_send` through the `ofi_rxm` utility provider: its
-/// eager limit (`FI_OFI_RXM_BUFFER_SIZE`, 16 KiB by default). A larger
-/// send goes by rxm's segmentation or rendezvous protocol, which on the
-/// 2 x 2 Gbit testbed cost a tenth of the bandwidth (1 MiB messages,
-/// 2026-11-25: 409 MB/s with 64 KiB sends, 459-465 with 16 KiB, iperf3
-/// sum 471); raising rxm's buffer size instead tripled the ranks'
-/// memory (rxm pre-allocates its buffers at that size).
+/// Most bytes per `fi_send` through `tcp;ofi_rxm`: rxm's eager limit
+/// (`FI_OFI_RXM_BUFFER_SIZE`, 16 KiB by default). A larger send goes by
+/// rxm's segmentation or rendezvous protocol, which on the 2 x 2 Gbit
+/// testbed cost an eighth of the bandwidth (2026-11-25, 3 rounds side by
+/// side, 1 MiB / 4 MiB messages: 16 KiB sends 1.13 / 1.15 x 64 KiB ones,
+/// 32 KiB 0.81 / 0.90 x). On loopback, where the CPU and not the link is
+/// the limit, 16 KiB sends are 0.80-0.89 x (`MULTIRAIL_OFI_SEND=64K`
+/// there). Raising rxm's buffer size instead tripled the ranks' memory
+/// (rxm pre-allocates its buffers at that size).
 const RXM_SEND: usize = 16 << 10;
 
-/// Bytes per `fi_send` for provider `prov_name` (`tcp;ofi_rxm`).
+/// Bytes per `fi_send` for provider `prov_name` (`tcp;ofi_rxm`), unless
+/// `MULTIRAIL_OFI_SEND` gives a size (1 byte to 64 KiB).
 pub fn send_size(prov_name: &str) -> usize {
-    if prov_name.contains("ofi_rxm") { RXM_SEND.min(CHUNK) } else { CHUNK }
+    let set = std::env::var("MULTIRAIL_OFI_SEND").ok().and_then(|v| multirail_proto::units::parse_size(&v).ok());
+    match set {
+        Some(n) if n > 0 => (n as usize).min(CHUNK),
+        _ => default_send_size(prov_name),
+    }
+}
+
+fn default_send_size(prov_name: &str) -> usize {
+    // Measured for tcp only; verbs;ofi_rxm moves large messages by RDMA
+    // read, which larger sends favour.
+    if prov_name == "tcp;ofi_rxm" { RXM_SEND.min(CHUNK) } else { CHUNK }
 }
 
 /// Send buffers and receive buffers, each of [`CHUNK`] bytes.
@@ -728,10 +741,10 @@ mod tests {
 
     #[test]
     fn sends_through_rxm_stay_within_its_eager_limit() {
-        assert_eq!(send_size("tcp;ofi_rxm"), 16 << 10);
-        assert_eq!(send_size("verbs;ofi_rxm"), 16 << 10);
-        assert_eq!(send_size("shm"), CHUNK);
-        assert_eq!(send_size("tcp"), CHUNK);
+        assert_eq!(default_send_size("tcp;ofi_rxm"), 16 << 10);
+        assert_eq!(default_send_size("verbs;ofi_rxm"), CHUNK);
+        assert_eq!(default_send_size("shm"), CHUNK);
+        assert_eq!(default_send_size("tcp"), CHUNK);
     }
 
     #[test]
