@@ -522,6 +522,12 @@ pub enum TestbedCommand {
         /// GiB/s...; the README's "Rates").
         #[arg(long, default_value = "2gbit")]
         rate: String,
+        /// The "multi-port" layout: the rails of each host also share one
+        /// shaped bus of RATE (one NIC with several ports in one PCIe slot),
+        /// on top of each rail's --rate. Without it each rail is its own
+        /// link ("multi-HCA"). Same rate syntax as --rate, one value.
+        #[arg(long, value_name = "RATE")]
+        bus: Option<String>,
         /// Prefix of everything created (namespaces, links).
         #[arg(long, default_value = "mr")]
         prefix: String,
