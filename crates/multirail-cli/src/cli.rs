@@ -273,7 +273,15 @@ Tests (OSU semantics; MB = 10^6 bytes):
   multi_lat  N pairs run latency at once; average latency
   cbr        latency, bw, bibw and mbw_mr intra-node (2 ranks, --rails shm) and
              inter-node (2 testbed hosts with --testbed, else loopback TCP),
-             and per size HotI'09's balance ratios intra / inter
+             and per size HotI'09's balance ratios intra / inter.
+             With --testbed --ranks-per-host 2 --mapping block|cyclic (4 ranks
+             on 2 hosts) both sides run in the testbed: intra = ranks sharing
+             a host over shm (latency/bw/bibw: ranks 0,1 in host0; mbw_mr: 2
+             pairs, one in each host, at once), inter = ranks on two hosts
+             (ranks 0,1 in host0,host1; mbw_mr: both pairs across the rails
+             at once). The mapping says which of an application's pairs see
+             which side: block keeps neighbours (0,1),(2,3) in a host and
+             sends OSU's pairs (0,2),(1,3) across; cyclic the other way round
   group      --nodes N ranks form an ordered multicast group; --senders all|one
              send --count messages each (window -W); per node the delivered
              payload rate, the mean over nodes (GB/s = 10^9 B/s, as Derecho's
@@ -303,6 +311,7 @@ Examples:
   multirail bench bw --model --link 10gbit --nic 2GB/s      ... from given rates
   multirail bench cbr --sizes 8,64K,1M --plot cbr.svg       balance ratios, shm vs loopback
   sudo multirail bench cbr --testbed                        ... shm vs the testbed's rails
+  sudo multirail bench cbr --testbed --ranks-per-host 2 --mapping cyclic   4 ranks on 2 hosts
   multirail bench group --nodes 3 --senders all --sizes 10K,1M -W 16 --count 200 --validate
   multirail run -n 3 -- multirail bench group --senders one --unordered   ... under the launcher";
 
@@ -357,10 +366,12 @@ pub struct BenchArgs {
           requires = "testbed", help_heading = "Ranks")]
     pub ranks_per_host: u32,
     /// How ranks fill the testbed hosts (with --testbed): block (ranks
-    /// 0..K-1 on host0, K..2K-1 on host1, ...) or cyclic (rank i on host
-    /// i mod hosts).
-    #[arg(long, value_enum, default_value = "block", requires = "testbed", help_heading = "Ranks")]
-    pub mapping: Mapping,
+    /// 0..K-1 on host0, K..2K-1 on host1, ...; the default) or cyclic (rank
+    /// i on host i mod hosts). In `bench cbr` (with --ranks-per-host 2) it
+    /// switches to HotI'09's 4-ranks-on-2-hosts variant: see `bench cbr`
+    /// in `multirail help bench`.
+    #[arg(long, value_enum, requires = "testbed", help_heading = "Ranks")]
+    pub mapping: Option<Mapping>,
     /// Pin local ranks to CPUs: `none`, `auto` (rank i on the i-th usable
     /// CPU) or a list `0,1` (at most one CPU per rank; a shorter list is
     /// reused in turn).
@@ -522,6 +533,12 @@ pub enum TestbedCommand {
         /// GiB/s...; the README's "Rates").
         #[arg(long, default_value = "2gbit")]
         rate: String,
+        /// The "multi-port" layout: the rails of each host also share one
+        /// shaped bus of RATE (one NIC with several ports in one PCIe slot),
+        /// on top of each rail's --rate. Without it each rail is its own
+        /// link ("multi-HCA"). Same rate syntax as --rate, one value.
+        #[arg(long, value_name = "RATE")]
+        bus: Option<String>,
         /// Prefix of everything created (namespaces, links).
         #[arg(long, default_value = "mr")]
         prefix: String,
@@ -598,7 +615,7 @@ pub struct RunArgs {
 impl BenchArgs {
     /// Where ranks go in a testbed.
     pub fn layout(&self) -> Layout {
-        Layout { per_host: self.ranks_per_host, mapping: self.mapping }
+        Layout { per_host: self.ranks_per_host, mapping: self.mapping.unwrap_or_default() }
     }
 }
 

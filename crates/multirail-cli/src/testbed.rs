@@ -8,12 +8,13 @@ use crate::placement::Layout;
 
 pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
     match cmd {
-        TestbedCommand::Up { hosts, rails, rate, prefix } => {
+        TestbedCommand::Up { hosts, rails, rate, bus, prefix } => {
             let spec = Spec {
                 prefix: prefix.parse()?,
                 hosts,
                 rails,
                 rates: tb::parse_rates(&rate).with_context(|| format!("--rate {rate}"))?,
+                bus: bus.as_deref().map(parse_bus).transpose()?,
                 ..Spec::default()
             };
             let status = tb::up(&spec)?;
@@ -51,6 +52,14 @@ pub fn run(cmd: TestbedCommand) -> anyhow::Result<i32> {
             Ok(crate::launch::exit_code(st))
         }
     }
+}
+
+/// `--bus RATE`: one rate (a list is refused: the bus is one per host).
+fn parse_bus(text: &str) -> anyhow::Result<tb::Rate> {
+    if text.contains(',') {
+        bail!("--bus {text}: give one rate, the bus every host's rails share (e.g. --bus 2gbit)");
+    }
+    text.trim().parse().with_context(|| format!("--bus {text}"))
 }
 
 fn prefix_flag(p: &Prefix) -> String {
@@ -119,4 +128,19 @@ pub fn placement(enabled: bool, prefix: &str, ranks: u32, layout: Layout) -> any
         .map(|a| a.to_string())
         .collect();
     Ok(Some(Placement { hosts, root_ips }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_takes_one_rate() {
+        assert_eq!(parse_bus("2gbit").unwrap().to_string(), "2gbit");
+        assert_eq!(parse_bus("250MB/s").unwrap().to_string(), "2gbit");
+        let list = parse_bus("1gbit,2gbit").unwrap_err().to_string();
+        assert!(list.contains("give one rate"), "{list}");
+        let junk = format!("{:#}", parse_bus("fast").unwrap_err());
+        assert!(junk.starts_with("--bus fast: invalid rate `fast`"), "{junk}");
+    }
 }

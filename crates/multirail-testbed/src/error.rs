@@ -1,7 +1,7 @@
 //! The one error type of the crate, sorted by category.
 //!
 //! * **Environment**: something the machine lacks ([`Error::NotRoot`],
-//!   [`Error::ToolMissing`], [`Error::TbfUnavailable`]). The message says
+//!   [`Error::ToolMissing`], [`Error::TbfUnavailable`], [`Error::BusUnavailable`]). The message says
 //!   exactly what is missing and how to get it.
 //! * **Input**: the caller asked for something invalid ([`Error::InvalidRate`],
 //!   [`Error::InvalidPrefix`], [`Error::InvalidSpec`], [`Error::InvalidHost`],
@@ -48,6 +48,20 @@ pub enum Error {
         /// The `tc` command line that failed.
         command: String,
         /// What `tc` printed.
+        stderr: String,
+    },
+
+    /// The kernel lacks a piece of the shared bus of `--bus` (ifb device,
+    /// clsact qdisc, u32 classifier or mirred action).
+    #[error(
+        "--bus needs the kernel's ifb device, clsact qdisc, u32 classifier and mirred action \
+         (CONFIG_IFB, CONFIG_NET_SCH_INGRESS, CONFIG_NET_CLS_U32, CONFIG_NET_ACT_MIRRED): try \
+         `modprobe ifb sch_ingress cls_u32 act_mirred`; `{command}` said: {stderr}"
+    )]
+    BusUnavailable {
+        /// The `ip` or `tc` command line that failed.
+        command: String,
+        /// What it printed.
         stderr: String,
     },
 
@@ -170,6 +184,9 @@ impl Error {
     /// True for errors meaning "this machine cannot host a testbed" (no root,
     /// no `ip`/`tc`, no tbf). Tests use it to skip rather than fail.
     pub fn is_environment(&self) -> bool {
-        matches!(self, Error::NotRoot | Error::ToolMissing { .. } | Error::TbfUnavailable { .. })
+        matches!(
+            self,
+            Error::NotRoot | Error::ToolMissing { .. } | Error::TbfUnavailable { .. } | Error::BusUnavailable { .. }
+        )
     }
 }

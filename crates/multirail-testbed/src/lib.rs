@@ -21,6 +21,12 @@
 //!   too) gets a `tbf` at the rail's rate, so both directions are shaped. The
 //!   burst and queue length are chosen so one TCP stream reaches the rate
 //!   (see [`Shaping`] and `docs/testbed.md`).
+//! * With [`Spec::bus`] (`testbed up --bus RATE`, the "multi-port" layout
+//!   of the uDAPL NPC'09 study), each host also gets an `ifb` device `bus`
+//!   shaped at that rate, and every rail's egress is redirected through it
+//!   before the rail's own `tbf`: the rails of a host share one bus, like
+//!   the ports of one NIC in one PCIe slot. Without it ("multi-HCA") each
+//!   rail is its own link.
 //!
 //! # API
 //!
@@ -92,5 +98,5 @@ pub use preflight::{check as check_environment, check_privileges, privileges_fro
 pub use rate::{Rate, format_rates, parse_rates};
 pub use shaping::{BURST_BASE_BYTES, BURST_JITTER_US, LATENCY_US, Shaping};
 pub use spec::{DEFAULT_HOSTS, DEFAULT_RAILS, DEFAULT_RATE, MIN_RATE, Spec, Topology};
-pub use status::{HostRailStatus, HostStatus, RailStatus, Status, status};
+pub use status::{HostBusStatus, HostRailStatus, HostStatus, RailStatus, Status, status};
 pub use up::up;

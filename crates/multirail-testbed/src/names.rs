@@ -6,7 +6,8 @@
 //! holds the rail bridges. Interfaces live inside those namespaces and die
 //! with them, so they use fixed short names: `rail{r}` in a host (the name
 //! the benchmark sees), `br-rail{r}` for the bridge of rail `r` in the
-//! switch, `rail{r}-host{i}` for the switch-side end of host `i`'s veth on
+//! switch, `bus` for a host's shared bus (multi-port layout, `up --bus`),
+//! `rail{r}-host{i}` for the switch-side end of host `i`'s veth on
 //! rail `r`. With at most 256 rails and 254 hosts the longest,
 //! `rail255-host253`, fits the kernel's 15-byte limit.
 //!
@@ -140,6 +141,10 @@ pub fn rail_ifname(rail: usize) -> String {
 pub fn parse_rail_ifname(ifname: &str) -> Option<usize> {
     parse_index(ifname.strip_prefix("rail")?)
 }
+
+/// The shared bus of a host in the multi-port layout (`up --bus`): an
+/// `ifb` device inside the host that every rail's egress is redirected to.
+pub const BUS_IFNAME: &str = "bus";
 
 /// Bridge of rail `rail` in the switch namespace: `br-rail{rail}`.
 pub fn bridge_ifname(rail: usize) -> String {

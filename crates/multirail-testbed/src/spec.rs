@@ -65,6 +65,12 @@ pub struct Spec {
     /// TCP congestion control to set in every host (`bbr`, `cubic`, ...);
     /// `None` keeps what the hosts inherit from the root namespace.
     pub congestion_control: Option<String>,
+    /// The "multi-port" layout: all rails of a host also share one egress
+    /// bus of this rate (one NIC with several ports in one PCIe slot), on
+    /// top of each rail's own rate. `None` is the "multi-HCA" layout, each
+    /// rail its own link. See `up` for how it is built.
+    #[serde(default)]
+    pub bus: Option<Rate>,
 }
 
 impl Default for Spec {
@@ -76,6 +82,7 @@ impl Default for Spec {
             rates: vec![DEFAULT_RATE],
             subnet_base: DEFAULT_SUBNET_BASE,
             congestion_control: None,
+            bus: None,
         }
     }
 }
@@ -101,6 +108,9 @@ impl Spec {
         if let Some(slow) = self.rates.iter().find(|r| **r < MIN_RATE) {
             return bad(format!("rate {slow} is below the minimum of {MIN_RATE}"));
         }
+        if let Some(bus) = self.bus.filter(|bus| *bus < MIN_RATE) {
+            return bad(format!("bus rate {bus} is below the minimum of {MIN_RATE}"));
+        }
         Addressing::new(self.subnet_base)?;
         if let Some(cc) = &self.congestion_control {
             let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
@@ -122,6 +132,11 @@ impl Spec {
     /// `tbf` settings of rail `rail`.
     pub fn rail_shaping(&self, rail: usize) -> Shaping {
         Shaping::for_rate(self.rail_rate(rail))
+    }
+
+    /// `tbf` settings of the shared bus of every host, if there is one.
+    pub fn bus_shaping(&self) -> Option<Shaping> {
+        self.bus.map(Shaping::for_rate)
     }
 
     /// The address plan. Falls back to the default plan for an invalid base,
@@ -173,9 +188,25 @@ mod tests {
             Spec { rates: parse_rates("999kbit").unwrap(), ..Spec::default() },
             Spec { subnet_base: Ipv4Addr::new(10, 77, 3, 0), ..Spec::default() },
             Spec { congestion_control: Some("bbr; reboot".into()), ..Spec::default() },
+            Spec { bus: Some("999kbit".parse().unwrap()), ..Spec::default() },
         ] {
             assert!(spec.validate().is_err(), "{spec:?}");
         }
+    }
+
+    #[test]
+    fn bus_is_optional_and_kept_in_the_record() {
+        let plain = Spec::default();
+        assert_eq!(plain.bus_shaping(), None);
+        let json = serde_json::to_value(&plain).unwrap();
+        let mut old = json.clone();
+        old.as_object_mut().unwrap().remove("bus");
+        assert_eq!(serde_json::from_value::<Spec>(old).unwrap(), plain, "a record without `bus` still reads");
+        let bus = Spec { bus: Some("2gbit".parse().unwrap()), ..Spec::default() };
+        bus.validate().unwrap();
+        assert_eq!(bus.bus_shaping().unwrap().rate.to_string(), "2gbit");
+        let back: Spec = serde_json::from_value(serde_json::to_value(&bus).unwrap()).unwrap();
+        assert_eq!(back, bus);
     }
 
     #[test]

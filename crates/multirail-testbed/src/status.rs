@@ -3,7 +3,9 @@
 //! Nothing is remembered between calls: the hosts come from `ip netns list`,
 //! the rails and addresses from `ip -j addr` inside each host, the rates from
 //! `tc -j qdisc` on every egress point (host rails and switch ports), the
-//! congestion control from each host's `/proc/sys`. So the answer is right
+//! congestion control from each host's `/proc/sys`, the shared bus of the
+//! multi-port layout from a host's `bus` device, its `tbf` and the rails'
+//! egress filters. So the answer is right
 //! after a crash, after someone changed a rate by hand, or after a rail was
 //! taken down for a failover test.
 
@@ -35,6 +37,11 @@ pub struct Status {
     pub hosts: Vec<HostStatus>,
     /// Rails by index: `0..` one past the highest `railN` seen on any host.
     pub rails: Vec<RailStatus>,
+    /// The shared bus of the multi-port layout (`up --bus`): the shaping of
+    /// the first host's `bus`; `None` is the multi-HCA layout (each rail its
+    /// own link). Every host has the same bus unless `problems` says
+    /// otherwise.
+    pub bus: Option<Shaping>,
     /// Inconsistencies found (missing hosts or rails, egress points shaped
     /// differently, ...). Empty for a testbed as `up` built it.
     pub problems: Vec<String>,
@@ -53,6 +60,21 @@ pub struct HostStatus {
     pub congestion_control: String,
     /// The host's `railN` interfaces, by rail index.
     pub rails: Vec<HostRailStatus>,
+    /// The host's shared bus, if it has one (multi-port layout).
+    pub bus: Option<HostBusStatus>,
+}
+
+/// The `bus` device of a host in the multi-port layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HostBusStatus {
+    /// `bus`.
+    pub ifname: String,
+    /// Administratively up (a down `ifb` drops everything sent to it).
+    pub up: bool,
+    /// The root `tbf` on the bus.
+    pub shaping: Option<Shaping>,
+    /// Rails whose egress is redirected into the bus.
+    pub rails: Vec<usize>,
 }
 
 /// One `railN` interface of a host.
@@ -148,7 +170,9 @@ fn host_index(role: NetnsRole) -> Option<usize> {
 pub(crate) fn read_host(prefix: &Prefix, index: usize) -> Result<HostStatus> {
     let netns = prefix.host_netns(index);
     let shaping = system::tbf_by_dev(&netns)?;
-    let mut rails: Vec<HostRailStatus> = system::links(Some(&netns))?
+    let links = system::links(Some(&netns))?;
+    let bus_link = links.iter().find(|link| link.ifname == names::BUS_IFNAME).map(|link| link.is_up());
+    let mut rails: Vec<HostRailStatus> = links
         .into_iter()
         .filter_map(|link| {
             let rail = names::parse_rail_ifname(&link.ifname)?;
@@ -164,8 +188,23 @@ pub(crate) fn read_host(prefix: &Prefix, index: usize) -> Result<HostStatus> {
         })
         .collect();
     rails.sort_by_key(|r| r.rail);
+    // The egress filters are read only when there is a bus to redirect to,
+    // so a multi-HCA testbed costs no extra `tc` run per rail.
+    let bus = match bus_link {
+        None => None,
+        Some(up) => {
+            let mut redirected = Vec::new();
+            for rail in &rails {
+                if system::egress_redirect(&netns, &rail.ifname)?.as_deref() == Some(names::BUS_IFNAME) {
+                    redirected.push(rail.rail);
+                }
+            }
+            let shaping = shaping.get(names::BUS_IFNAME).copied();
+            Some(HostBusStatus { ifname: names::BUS_IFNAME.to_owned(), up, shaping, rails: redirected })
+        }
+    };
     let congestion_control = system::congestion_control(&netns)?;
-    Ok(HostStatus { index, name: names::host_name(index), netns, congestion_control, rails })
+    Ok(HostStatus { index, name: names::host_name(index), netns, congestion_control, rails, bus })
 }
 
 /// Shaping of the switch ports, by `(rail, host)`.
@@ -195,7 +234,9 @@ fn assemble(
         })
         .collect();
     problems.extend(subnet_problems(&hosts, &rails));
-    Status { prefix: prefix.clone(), topology, hosts, rails, problems }
+    problems.extend(bus_problems(&hosts, rail_count));
+    let bus = hosts.iter().find_map(|h| h.bus.as_ref()?.shaping);
+    Status { prefix: prefix.clone(), topology, hosts, rails, bus, problems }
 }
 
 fn host_problems(hosts: &[HostStatus], rail_count: usize, topology: Topology) -> Vec<String> {
@@ -254,6 +295,37 @@ fn shaping_problems(rail: usize, egress: &[(String, Option<Shaping>)]) -> Vec<St
         .collect()
 }
 
+/// The bus is all or nothing: on every host or none, shaped at one rate,
+/// up, and every rail of its host redirected into it.
+fn bus_problems(hosts: &[HostStatus], rail_count: usize) -> Vec<String> {
+    let mut problems = Vec::new();
+    let with_bus: Vec<&HostStatus> = hosts.iter().filter(|h| h.bus.is_some()).collect();
+    if with_bus.is_empty() {
+        return problems;
+    }
+    for host in hosts.iter().filter(|h| h.bus.is_none()) {
+        problems.push(format!("{} has no bus while other hosts have one", host.name));
+    }
+    let reference = with_bus.iter().find_map(|h| h.bus.as_ref()?.shaping).map(|s| s.rate);
+    for host in with_bus {
+        let Some(bus) = &host.bus else { continue };
+        match (bus.shaping, reference) {
+            (None, _) => problems.push(format!("{} bus has no tbf", host.name)),
+            (Some(s), Some(rate)) if s.rate != rate => {
+                problems.push(format!("{} bus is shaped at {}, other hosts' buses at {rate}", host.name, s.rate))
+            }
+            _ => {}
+        }
+        if !bus.up {
+            problems.push(format!("{} bus is down (everything its rails send is dropped)", host.name));
+        }
+        for rail in (0..rail_count).filter(|r| !bus.rails.contains(r)) {
+            problems.push(format!("{} rail{rail} does not go through the host's bus", host.name));
+        }
+    }
+    problems
+}
+
 fn rail_subnet(hosts: &[HostStatus], rail: usize) -> Option<Ipv4Net> {
     hosts.iter().find_map(|h| h.rail(rail)?.subnet)
 }
@@ -307,7 +379,41 @@ mod tests {
             netns: Prefix::default().host_netns(index),
             congestion_control: "bbr".into(),
             rails,
+            bus: None,
         }
+    }
+
+    fn with_bus(mut host: HostStatus, rate: &str) -> HostStatus {
+        let rails = host.rails.iter().map(|r| r.rail).collect();
+        host.bus = Some(HostBusStatus { ifname: "bus".into(), up: true, shaping: Some(shaping(rate)), rails });
+        host
+    }
+
+    #[test]
+    fn multi_port_testbed_shows_its_bus() {
+        let hosts =
+            vec![with_bus(host(0, &["2gbit", "2gbit"]), "3gbit"), with_bus(host(1, &["2gbit", "2gbit"]), "3gbit")];
+        let status = assemble(&Prefix::default(), false, hosts, &BTreeMap::new());
+        assert!(status.problems.is_empty(), "{:?}", status.problems);
+        assert_eq!(status.bus.unwrap().rate.to_string(), "3gbit");
+        let table = status.to_string();
+        assert!(table.contains("multi-port: the rails of each host share a bus of 3gbit"), "{table}");
+        assert!(table.contains("bus    -             3gbit"), "{table}");
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["bus"]["rate"], "3gbit");
+        assert_eq!(json["hosts"][1]["bus"]["rails"], serde_json::json!([0, 1]));
+    }
+
+    #[test]
+    fn reports_a_partial_bus() {
+        let mut odd = with_bus(host(1, &["2gbit", "2gbit"]), "1gbit");
+        odd.bus.as_mut().unwrap().rails = vec![0];
+        let hosts = vec![with_bus(host(0, &["2gbit", "2gbit"]), "3gbit"), odd, host(2, &["2gbit", "2gbit"])];
+        let status = assemble(&Prefix::default(), false, hosts, &BTreeMap::new());
+        let problems = status.problems.join("\n");
+        assert!(problems.contains("host2 has no bus while other hosts have one"), "{problems}");
+        assert!(problems.contains("host1 bus is shaped at 1gbit, other hosts' buses at 3gbit"), "{problems}");
+        assert!(problems.contains("host1 rail1 does not go through the host's bus"), "{problems}");
     }
 
     #[test]
@@ -355,5 +461,6 @@ mod tests {
         assert_eq!(json["rails"][0]["shaping"]["rate"], "2gbit");
         assert_eq!(json["hosts"][1]["rails"][0]["addr"], "10.77.0.2");
         assert_eq!(json["hosts"][0]["congestion_control"], "bbr");
+        assert_eq!(json["bus"], serde_json::Value::Null, "multi-HCA: no bus");
     }
 }

@@ -137,6 +137,26 @@ fn tbf_entry(q: QdiscJson) -> Option<(String, Shaping)> {
     Some((q.dev?, shaping))
 }
 
+/// The device that the egress filters of `dev` redirect to (`mirred egress
+/// redirect dev X` under its `clsact` qdisc), if any. A device without a
+/// `clsact` qdisc has no egress filters: `None`.
+pub(crate) fn egress_redirect(netns: &str, dev: &str) -> Result<Option<String>> {
+    match cmd::tc_json::<Vec<serde_json::Value>>(Some(netns), &["filter", "show", "dev", dev, "egress"]) {
+        Ok(filters) => Ok(filters.iter().find_map(redirect_target)),
+        Err(crate::error::Error::CommandFailed { .. }) => Ok(None),
+        Err(other) => Err(other),
+    }
+}
+
+/// `to_dev` of the first `mirred` egress redirect action of one filter entry
+/// of `tc -j filter show`.
+fn redirect_target(filter: &serde_json::Value) -> Option<String> {
+    filter["options"]["actions"].as_array()?.iter().find_map(|action| {
+        let redirect = action["kind"] == "mirred" && action["mirred_action"] == "redirect";
+        redirect.then(|| action["to_dev"].as_str().map(str::to_owned)).flatten()
+    })
+}
+
 /// `net.ipv4.tcp_congestion_control` as seen inside `netns`.
 pub(crate) fn congestion_control(netns: &str) -> Result<String> {
     let out = cmd::run_in_netns(netns, &["cat", "/proc/sys/net/ipv4/tcp_congestion_control"])?;
@@ -189,5 +209,19 @@ mod tests {
         assert_eq!(tbf[0].0, "rail0");
         assert_eq!(tbf[0].1.rate.to_string(), "2gbit");
         assert_eq!((tbf[0].1.burst_bytes, tbf[0].1.latency_us), (123000, 5000));
+    }
+
+    #[test]
+    fn parses_tc_filter_json() {
+        // As printed by iproute2 6.x for the bus filter `up --bus` adds.
+        let text = r#"[{"protocol":"all","pref":1,"kind":"u32","chain":0},
+            {"protocol":"all","pref":1,"kind":"u32","chain":0,"options":{"fh":"800:","ht_divisor":1}},
+            {"protocol":"all","pref":1,"kind":"u32","chain":0,"options":{"fh":"800::800","order":2048,
+             "key_ht":"800","bkt":"0","not_in_hw":true,"match":{"value":"0","mask":"0","offmask":"","off":0},
+             "actions":[{"order":1,"kind":"mirred","mirred_action":"redirect","direction":"egress",
+             "to_dev":"bus","control_action":{"type":"stolen"},"index":1,"ref":1,"bind":1}]}}]"#;
+        let filters: Vec<serde_json::Value> = serde_json::from_str(text).unwrap();
+        assert_eq!(filters.iter().find_map(redirect_target).as_deref(), Some("bus"));
+        assert_eq!(redirect_target(&filters[0]), None);
     }
 }

@@ -11,13 +11,16 @@
 //! A failure in step 3 removes everything of the prefix with [`down`], so no
 //! half-built testbed stays behind.
 //!
+//! With [`Spec::bus`] (the "multi-port" layout), step 3 ends with
+//! [`setup_bus`] in every host; see there for the mechanism and why.
+//!
 //! No object is ever created in the root namespace: `ip -n NS link add ...
 //! peer ... netns OTHER` makes both veth ends directly where they belong.
 
 use crate::cmd;
 use crate::down::down;
 use crate::error::{Error, Result};
-use crate::names::{Prefix, bridge_ifname, rail_ifname, switch_port_ifname};
+use crate::names::{BUS_IFNAME, Prefix, bridge_ifname, rail_ifname, switch_port_ifname};
 use crate::preflight;
 use crate::shaping::Shaping;
 use crate::spec::{Spec, Topology};
@@ -112,6 +115,11 @@ fn build(spec: &Spec) -> Result<Status> {
             Topology::Switched => wire_switched(spec, rail)?,
         }
     }
+    if let Some(bus) = spec.bus_shaping() {
+        for host in 0..spec.hosts {
+            setup_bus(spec, host, &bus)?;
+        }
+    }
     status(prefix)?.ok_or_else(|| Error::NotFound { prefix: prefix.to_string() })
 }
 
@@ -195,6 +203,86 @@ fn configure_host_rail(spec: &Spec, host: usize, rail: usize) -> Result<()> {
     cmd::ip(Some(&netns), &["link", "set", "dev", &ifname, "up"]).map(drop)
 }
 
+/// The shared bus of the multi-port layout in `host`: every packet any rail
+/// of the host sends first passes one `tbf` at the bus rate, then the
+/// rail's own `tbf`.
+///
+/// Mechanism: an `ifb` device `bus` in the host, shaped with `tbf` at the
+/// bus rate; each `rail{r}` gets a `clsact` qdisc whose egress hook holds a
+/// catch-all `u32` filter with `mirred egress redirect dev bus`. The `ifb`
+/// queues the packets of all rails in one bucket and hands each back to the
+/// rail it came from, where it goes through the rail's root `tbf` (the
+/// re-injected packet skips the `clsact` filters, so it is not redirected
+/// twice).
+///
+/// Why this and not a veth "bus" with VLAN or macvlan sub-interfaces as the
+/// rails: the rails stay the same veth pairs (names, addresses, carrier
+/// when a rail is set down at one end, the switched topology with its
+/// bridges), so `bench --testbed`, failover tests and `status` work
+/// unchanged; the bus is added on top and goes away with the namespace.
+/// (VLAN is also missing from some kernels, this one included; `ifb`,
+/// `clsact`, `u32` and `mirred` are in every distribution kernel.)
+///
+/// What it models: the egress side of one NIC's bus (PCIe is full duplex,
+/// so each direction has its own budget). A host's incoming traffic is
+/// bounded by the sender's bus; with three or more hosts several senders
+/// into one host are not limited by the receiver's bus.
+fn setup_bus(spec: &Spec, host: usize, bus: &Shaping) -> Result<()> {
+    let netns = spec.prefix.host_netns(host);
+    let ip = |args: &[&str]| cmd::ip(Some(&netns), args).map(drop).map_err(bus_error);
+    let tc = |args: &[&str]| cmd::tc(Some(&netns), args).map(drop).map_err(bus_error);
+    ip(&["link", "add", "name", BUS_IFNAME, "type", "ifb"])?;
+    add_tbf(&netns, BUS_IFNAME, bus)?;
+    ip(&["link", "set", "dev", BUS_IFNAME, "up"])?;
+    for rail in 0..spec.rails {
+        let ifname = rail_ifname(rail);
+        tc(&["qdisc", "add", "dev", &ifname, "clsact"])?;
+        tc(&bus_filter_args(&ifname).iter().map(String::as_str).collect::<Vec<_>>())?;
+    }
+    Ok(())
+}
+
+/// `tc filter add ...` that sends all of `ifname`'s egress into the bus.
+fn bus_filter_args(ifname: &str) -> Vec<String> {
+    let args = "filter add dev IF egress protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev BUS";
+    args.split(' ')
+        .map(|word| match word {
+            "IF" => ifname.to_owned(),
+            "BUS" => BUS_IFNAME.to_owned(),
+            other => other.to_owned(),
+        })
+        .collect()
+}
+
+/// A kernel without `ifb`, `clsact`, `u32` or `mirred` makes `--bus`
+/// impossible: say so instead of passing `tc`'s message on alone.
+fn bus_error(e: Error) -> Error {
+    match e {
+        Error::CommandFailed { command, stderr, .. } if is_missing_bus_feature(&stderr) => {
+            Error::BusUnavailable { command, stderr }
+        }
+        other => other,
+    }
+}
+
+/// What `ip`/`tc` print when the kernel lacks a link type, qdisc,
+/// classifier or action.
+fn is_missing_bus_feature(stderr: &str) -> bool {
+    [
+        "Unknown device type",
+        "not supported",
+        "qdisc kind is unknown",
+        "Unknown qdisc",
+        "classifier not found",
+        "Unknown filter",
+        "action not found",
+        "bad action",
+        "Failed to load",
+    ]
+    .iter()
+    .any(|marker| stderr.contains(marker))
+}
+
 /// `tc qdisc add dev DEV root tbf ...`; an unknown qdisc kind becomes
 /// [`Error::TbfUnavailable`].
 fn add_tbf(netns: &str, dev: &str, shaping: &Shaping) -> Result<()> {
@@ -243,5 +331,33 @@ mod tests {
             stderr: "RTNETLINK answers: File exists".into(),
         };
         assert!(matches!(tbf_error(failed), Error::CommandFailed { .. }));
+    }
+
+    #[test]
+    fn bus_filter_redirects_all_egress_to_the_bus() {
+        assert_eq!(
+            bus_filter_args("rail1").join(" "),
+            "filter add dev rail1 egress protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev bus"
+        );
+    }
+
+    #[test]
+    fn a_kernel_without_the_bus_pieces_is_an_environment_error() {
+        let failed = |stderr: &str| Error::CommandFailed {
+            command: "tc -n mr-host0 filter add dev rail0 egress ...".into(),
+            code: Some(2),
+            stderr: stderr.into(),
+        };
+        for stderr in [
+            "Error: TC classifier not found.",
+            "Error: Unknown device type.",
+            "Error: Specified qdisc kind is unknown.",
+        ] {
+            let err = bus_error(failed(stderr));
+            assert!(matches!(err, Error::BusUnavailable { .. }), "{stderr}");
+            assert!(err.is_environment());
+            assert!(err.to_string().contains("CONFIG_IFB"), "{err}");
+        }
+        assert!(matches!(bus_error(failed("RTNETLINK answers: File exists")), Error::CommandFailed { .. }));
     }
 }

@@ -21,6 +21,14 @@ impl fmt::Display for Status {
             self.hosts.len(),
             self.rails.len()
         )?;
+        match self.bus {
+            Some(bus) => writeln!(
+                f,
+                "multi-port: the rails of each host share a bus of {} (ifb `bus`), on top of each rail's rate",
+                bus.rate
+            )?,
+            None => writeln!(f, "multi-HCA: each rail is its own link (no shared bus)")?,
+        }
         writeln!(f)?;
         write_table(f, &self.rail_rows())?;
         writeln!(f)?;
@@ -46,7 +54,16 @@ impl Status {
             };
             vec![names::rail_ifname(rail.index), subnet, rate, burst, latency]
         });
-        std::iter::once(header).chain(rows).collect()
+        let bus = self.bus.map(|s| {
+            vec![
+                names::BUS_IFNAME.into(),
+                "-".into(),
+                s.rate.to_string(),
+                format!("{}B", s.burst_bytes),
+                format_us(s.latency_us),
+            ]
+        });
+        std::iter::once(header).chain(rows).chain(bus).collect()
     }
 
     fn host_rows(&self) -> Vec<Vec<String>> {

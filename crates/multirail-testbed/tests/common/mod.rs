@@ -19,11 +19,14 @@ use std::time::{Duration, Instant};
 use multirail_testbed::{Prefix, Spec, Status, check_environment, down, host_command, up};
 
 /// A prefix no other test (in this or any other process) uses:
-/// `mrt{pid in hex}_{n}`, at most 12 characters.
+/// `mrt{pid in hex}_{n}`, at most 12 characters. `MULTIRAIL_TEST_PREFIX`
+/// replaces `mrt` (a short lowercase word, e.g. `bz`) where a machine's
+/// testbed names are shared out among several users.
 pub fn unique_prefix() -> Prefix {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    Prefix::new(&format!("mrt{:x}_{n}", std::process::id())).expect("pid and counter make a valid prefix")
+    let stem = std::env::var("MULTIRAIL_TEST_PREFIX").unwrap_or_else(|_| "mrt".into());
+    Prefix::new(&format!("{stem}{:x}_{n}", std::process::id())).expect("pid and counter make a valid prefix")
 }
 
 /// A running testbed that is torn down when dropped.
