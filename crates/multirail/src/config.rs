@@ -107,7 +107,7 @@ pub struct Config {
     pub shm_ring: usize,
     /// Payloads of at least this many bytes cross a `shm` rail by single
     /// copy (`process_vm_readv`) where the kernel allows it; `None`: never
-    /// (MULTIRAIL_SHM_CMA: `auto` = 64K, `off`, or a size).
+    /// (MULTIRAIL_SHM_CMA: `off`, the default; `on` = 64K; or a size).
     pub shm_cma: Option<usize>,
     /// Whether ranks on the same host talk over shared memory by
     /// themselves (MULTIRAIL_SHM; see [`crate::ShmMode`]).
@@ -131,7 +131,9 @@ impl Default for Config {
             job_id: 0,
             faults: Vec::new(),
             shm_ring: 4 << 20,
-            shm_cma: Some(multirail_transport::shm::cma::DEFAULT_MIN),
+            // Off: measured slower than the ring on an idle machine
+            // (docs/rails/shm.md, "Single copy").
+            shm_cma: None,
             shm: crate::ShmMode::Auto,
         }
     }
@@ -153,7 +155,7 @@ pub fn parse_switch(s: &str) -> Result<bool, String> {
     }
 }
 
-/// `MULTIRAIL_SHM_CMA`: `auto`/`on` (the default threshold), `off`, or the
+/// `MULTIRAIL_SHM_CMA`: `on`/`auto` (64 KiB), `off`, or the
 /// smallest payload to lend (`16K`).
 fn parse_cma(v: &str) -> Result<Option<usize>, String> {
     match v.trim().to_ascii_lowercase().as_str() {

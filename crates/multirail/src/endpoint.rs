@@ -109,7 +109,7 @@ impl Builder {
     }
     /// Payloads of at least this many bytes cross a `shm` rail by single
     /// copy where the kernel allows it; `None`: always through the ring
-    /// (`MULTIRAIL_SHM_CMA`; default 64 KiB).
+    /// (`MULTIRAIL_SHM_CMA`; default `None`, see docs/rails/shm.md).
     pub fn shm_cma(mut self, min: Option<usize>) -> Builder {
         self.cfg.shm_cma = min;
         self

@@ -34,8 +34,8 @@
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 
-/// Payloads of at least this many bytes are lent by default
-/// (`MULTIRAIL_SHM_CMA`).
+/// Payloads of at least this many bytes are lent with
+/// `MULTIRAIL_SHM_CMA=on`.
 pub const DEFAULT_MIN: usize = 64 << 10;
 
 /// What each side sends the other after the segment is set up.
