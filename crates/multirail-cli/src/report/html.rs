@@ -10,7 +10,6 @@ use multirail_perf::Test;
 use multirail_perf::cbr::{self, CbrRecord};
 use multirail_perf::model::{ModelInput, parse_rate};
 use multirail_perf::report::plot::{self, Chart, CustomAxis, Machine, Series};
-use multirail_proto::units::format_size;
 use serde::Deserialize;
 
 use super::Results;
@@ -21,6 +20,12 @@ use crate::child;
 pub struct Page {
     pub html: String,
     pub figures: Vec<(String, String)>,
+}
+
+/// A size as the page writes it: `8 B`, `64K`, `1M`.
+pub fn format_size(n: u64) -> String {
+    let s = multirail_proto::units::format_size(n);
+    if s.chars().all(|c| c.is_ascii_digit()) { format!("{s} B") } else { s }
 }
 
 /// Text for HTML content and attribute values.
@@ -537,4 +542,77 @@ fn commands(results: &Results, study: &Study, fi: usize, fig: &Figure) -> String
     }
     out.push_str("</ul></div>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::plan::TestbedSpec;
+
+    fn line(label: &str, points: &[(u64, f64)]) -> Line {
+        Line { label: label.into(), points: points.to_vec(), model: vec![], ok: 1, failures: vec![] }
+    }
+
+    fn config(label: &str, rails: usize, rate: &str) -> Config {
+        Config {
+            label: label.into(),
+            argv: vec!["bench".into(), "bw".into()],
+            env: vec![],
+            testbed: Some(TestbedSpec { rails, rate: rate.into(), bus: None }),
+            rounds: 1,
+        }
+    }
+
+    fn study(id: &str) -> Study {
+        Study { id: id.into(), title: String::new(), question: String::new(), setup: String::new(), figures: vec![] }
+    }
+
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(esc("<a href='x'>&\"</a>"), "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;");
+        assert_eq!([format_size(8), format_size(65536)], ["8 B", "64K"]);
+    }
+
+    #[test]
+    fn dual_rail_reading_finds_the_cusp_and_the_model() {
+        let fig = Figure {
+            title: "bw".into(),
+            metric: Metric::Bw,
+            configs: vec![
+                config("fast", 1, "3500mbit"),
+                config("16K:single,*:stripe", 2, "2gbit"),
+                config("default policy", 2, "2gbit"),
+            ],
+        };
+        let lines = [
+            line("fast", &[(16384, 300.0), (32768, 380.0), (1 << 20, 420.0)]),
+            line("16K:single,*:stripe", &[(16384, 200.0), (32768, 150.0), (1 << 20, 485.0)]),
+            line("default policy", &[(16384, 230.0), (32768, 300.0), (1 << 20, 490.0)]),
+        ];
+        let r = reading(&study("dual-rail"), &fig, &lines);
+        assert!(r.contains("16K:single,*:stripe falls from 200 MB/s at 16K to 150 MB/s at 32K"), "{r}");
+        assert!(r.contains("The default policy shows no such fall."), "{r}");
+        // NPC'09 multi-HCA of the rates: 3.5 Gbit/s = 437.5 MB/s, 2 x 2 Gbit/s = 500 MB/s.
+        assert!(r.contains("fast 0.96 x the model's 438 MB/s"), "{r}");
+        assert!(r.contains("default policy 0.98 x the model's 500 MB/s"), "{r}");
+        assert!(r.contains("default policy is 0.77 x at 16K and 1.17 x at 1M"), "{r}");
+        assert!(r.starts_with("At 1M: fast 420 MB/s;"), "{r}");
+    }
+
+    #[test]
+    fn latency_reads_the_smallest_size_and_nothing_measured_says_so() {
+        let fig = Figure { title: "lat".into(), metric: Metric::Latency, configs: vec![] };
+        let lines = [line("a", &[(8, 10.0), (1 << 20, 4000.0)]), line("b", &[(8, 5.0), (1 << 20, 2000.0)])];
+        let r = reading(&study("fdr-edr"), &fig, &lines);
+        assert!(r.starts_with("At 8 B: a 10.00 µs; b 5.00 µs."), "{r}");
+        assert!(r.contains("b is 0.50 x at 8 B and 0.50 x at 1M"), "{r}");
+        let none = reading(&study("fdr-edr"), &fig, &[line("a", &[])]);
+        assert_eq!(none, "No run of this figure succeeded: nothing to read.");
+    }
+
+    #[test]
+    fn medians_per_size_over_rounds() {
+        let m = medians(&[vec![(8, 3.0), (16, 1.0)], vec![(8, 1.0), (16, 2.0)], vec![(8, 2.0)]]);
+        assert_eq!(m, vec![(8, 2.0), (16, 1.5)]);
+    }
 }
