@@ -460,7 +460,7 @@ fn table(m: Metric, ls: &[Line]) -> String {
     if sizes.is_empty() {
         return String::new();
     }
-    let mut t = format!("<table class=\"data\">\n<tr><th>Size</th>");
+    let mut t = "<table class=\"data\">\n<tr><th>Size</th>".to_string();
     for l in ls {
         let _ = write!(t, "<th>{} ({})</th>", esc(&l.label), esc(m.unit()));
         if !l.model.is_empty() {
