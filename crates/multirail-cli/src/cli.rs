@@ -327,7 +327,8 @@ pub struct ReportArgs {
     /// yet: says which tools are installed and measures nothing).
     #[arg(long)]
     pub peers: bool,
-    /// Few sizes (8, 64K, 1M), 5 iterations, 1 round: a smoke run.
+    /// Few sizes (8, 64K, 1M), 5 iterations (latency: 100), 1 round: a
+    /// smoke run.
     /// Default: sizes 1:4M with OSU's loop counts, median of 3 rounds.
     #[arg(long)]
     pub quick: bool,

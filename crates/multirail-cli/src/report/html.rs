@@ -348,7 +348,7 @@ pub fn render(results: &Results) -> Page {
         (
             "Loops",
             if plan.quick {
-                "--quick: sizes 8, 64K, 1M; 5 iterations, 1 warm-up; 1 round".into()
+                "--quick: sizes 8, 64K, 1M; 5 iterations, 1 warm-up (latency: 100 and 10); 1 round".into()
             } else {
                 "sizes 1 B to 4 MiB, OSU's loop counts; median of 3 rounds per size".into()
             },

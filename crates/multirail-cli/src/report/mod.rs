@@ -217,7 +217,13 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
     let started = Instant::now();
     let plan = plan::plan(args);
     let mut notes = Vec::new();
-    let bus = !args.testbed || testbed_has_bus();
+    let wants_bus = plan
+        .studies
+        .iter()
+        .flat_map(|s| &s.figures)
+        .flat_map(|f| &f.configs)
+        .any(|c| c.testbed.as_ref().is_some_and(|t| t.bus.is_some()));
+    let bus = !wants_bus || testbed_has_bus();
     if !bus {
         notes.push(
             "multi-port half of the udapl study skipped: this multirail's `testbed up` has no --bus (rails sharing \
