@@ -323,8 +323,10 @@ pub struct ReportArgs {
     /// Name prefix of the testbeds the report brings up (with --testbed).
     #[arg(long, default_value = "rpt")]
     pub prefix: String,
-    /// Also measure iperf3, UCX and Open MPI on the same rails (not built
-    /// yet: says which tools are installed and measures nothing).
+    /// Also measure other tools on the same rails: iperf3 (with --testbed:
+    /// one TCP stream per rail, all at once, once per testbed; a flat line
+    /// in the bandwidth figures). UCX and Open MPI are not built yet: it
+    /// says whether they are installed and measures nothing with them.
     #[arg(long)]
     pub peers: bool,
     /// Few sizes (8, 64K, 1M), 5 iterations (latency: 100), 1 round: a

@@ -13,6 +13,7 @@ use multirail_perf::report::plot::{self, Chart, CustomAxis, Machine, Series};
 use serde::Deserialize;
 
 use super::Results;
+use super::peers::PeerRun;
 use super::plan::{Config, Figure, Metric, Study};
 use crate::child;
 
@@ -292,6 +293,44 @@ pub fn reading(study: &Study, fig: &Figure, lines: &[Line]) -> String {
     out.join(" ")
 }
 
+/// The peer runs drawn in a bandwidth figure: those on a testbed one of
+/// its lines used.
+fn peers_of<'a>(results: &'a Results, fig: &Figure) -> Vec<&'a PeerRun> {
+    if fig.metric != Metric::Bw {
+        return vec![];
+    }
+    results.peers.iter().filter(|p| fig.configs.iter().any(|c| c.testbed.as_ref() == Some(&p.testbed))).collect()
+}
+
+fn peer_label(p: &PeerRun) -> String {
+    format!("{}, {} stream(s) on {}", p.tool, p.testbed.rails, p.testbed.describe())
+}
+
+/// Each line against the peer measured on its testbed, at the largest size.
+fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
+    let mut out = String::new();
+    for p in peers {
+        let Some(total) = p.total else { continue };
+        let vs: Vec<String> = fig
+            .configs
+            .iter()
+            .zip(lines)
+            .filter(|(c, _)| c.testbed.as_ref() == Some(&p.testbed))
+            .filter_map(|(_, l)| {
+                let (s, v) = *l.points.last()?;
+                Some(format!("{} {:.2} x at {}", esc(&l.label), v / total, format_size(s)))
+            })
+            .collect();
+        let _ = write!(
+            out,
+            " {} (flat line, no message size): {total:.0} MB/s; against it: {}.",
+            esc(&peer_label(p)),
+            vs.join("; ")
+        );
+    }
+    out
+}
+
 fn chart(results: &Results, fig: &Figure, series: Vec<Series>, custom: Option<CustomAxis>) -> Chart {
     Chart {
         test: test_of(fig.metric),
@@ -372,6 +411,25 @@ pub fn render(results: &Results) -> Page {
     for n in &results.notes {
         let _ = writeln!(h, "<p class=\"note\">{}</p>", esc(n));
     }
+    if !results.peers.is_empty() {
+        h.push_str("<h2 id=\"peers\">Peers</h2>\n<ul>\n");
+        for p in &results.peers {
+            let result = match (&p.failed, p.total) {
+                (Some(f), _) => format!("<span class=\"failed\">failed: {}</span>", esc(f)),
+                (None, Some(t)) => format!(
+                    "{t:.0} MB/s in all (per rail: {})",
+                    p.per_rail.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
+                ),
+                (None, None) => "no result".into(),
+            };
+            let _ = writeln!(h, "<li>{} on {}: {result}", esc(&p.what), esc(&p.testbed.describe()));
+            for c in &p.commands {
+                let _ = write!(h, "<br><code>{}</code>", esc(c));
+            }
+            h.push_str("</li>\n");
+        }
+        h.push_str("</ul>\n");
+    }
     h.push_str("<p>Studies: ");
     let toc: Vec<String> =
         plan.studies.iter().map(|s| format!("<a href=\"#study-{}\">{}</a>", esc(&s.id), esc(&s.title))).collect();
@@ -428,8 +486,16 @@ pub fn render(results: &Results) -> Page {
                         .filter(|l| !l.model.is_empty())
                         .map(|l| Series { label: format!("model: {}", l.label), points: l.model.clone() }),
                 );
+                let sizes: BTreeSet<u64> = ls.iter().flat_map(|l| l.points.iter().map(|p| p.0)).collect();
+                let mine = peers_of(results, fig);
+                series.extend(mine.iter().filter_map(|p| {
+                    let v = p.total?;
+                    Some(Series { label: peer_label(p), points: sizes.iter().map(|s| (*s, v)).collect() })
+                }));
                 let svg = plot::svg(&chart(results, fig, series, None)).ok();
-                (svg, table(fig.metric, &ls), reading(study, fig, &ls))
+                let mut read = reading(study, fig, &ls);
+                read.push_str(&peer_reading(fig, &ls, &mine));
+                (svg, table(fig.metric, &ls), read)
             };
             match svg {
                 Some(svg) => {
@@ -608,6 +674,30 @@ mod tests {
         assert!(r.contains("b is 0.50 x at 8 B and 0.50 x at 1M"), "{r}");
         let none = reading(&study("fdr-edr"), &fig, &[line("a", &[])]);
         assert_eq!(none, "No run of this figure succeeded: nothing to read.");
+    }
+
+    #[test]
+    fn peers_read_against_the_lines_of_their_testbed() {
+        let fig = Figure {
+            title: "bw".into(),
+            metric: Metric::Bw,
+            configs: vec![config("fast", 1, "3500mbit"), config("pair", 2, "2gbit")],
+        };
+        let lines = [line("fast", &[(8, 1.0), (1 << 20, 400.0)]), line("pair", &[(8, 1.0), (1 << 20, 450.0)])];
+        let peer = PeerRun {
+            tool: "iperf3".into(),
+            testbed: TestbedSpec { rails: 2, rate: "2gbit".into(), bus: None },
+            what: String::new(),
+            commands: vec![],
+            per_rail: vec![240.0, 260.0],
+            total: Some(500.0),
+            failed: None,
+        };
+        let r = peer_reading(&fig, &lines, &[&peer]);
+        assert_eq!(
+            r,
+            " iperf3, 2 stream(s) on 2 x 2gbit (flat line, no message size): 500 MB/s; against it: pair 0.90 x at 1M."
+        );
     }
 
     #[test]

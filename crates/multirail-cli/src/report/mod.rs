@@ -4,6 +4,7 @@
 //! figures ([`html`]). `--from FILE` renders recorded results again.
 
 pub mod html;
+pub mod peers;
 pub mod plan;
 
 use std::path::Path;
@@ -77,6 +78,9 @@ pub struct Results {
     pub command: String,
     pub plan: Plan,
     pub runs: Vec<Run>,
+    /// `--peers`: other tools on the same rails.
+    #[serde(default)]
+    pub peers: Vec<peers::PeerRun>,
     /// Things skipped and why (printed and shown on the page).
     pub notes: Vec<String>,
     pub duration_s: f64,
@@ -190,26 +194,6 @@ fn testbed_has_bus() -> bool {
         .unwrap_or(false)
 }
 
-/// The peer tools `--peers` would run, and what is missing.
-fn peer_notes() -> Vec<String> {
-    let on_path = |tool: &str| {
-        std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join(tool)).find(|f| f.is_file()))
-            .unwrap_or_default()
-    };
-    ["iperf3", "ucx_perftest", "mpirun"]
-        .iter()
-        .map(|tool| match on_path(tool) {
-            Some(p) => format!(
-                "--peers: {tool} is installed ({}), but running peers is not built into multirail report yet: \
-                 nothing was measured with it (bench/compare.sh measures it on a testbed)",
-                p.display()
-            ),
-            None => format!("--peers: {tool} is not installed: skipped"),
-        })
-        .collect()
-}
-
 fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
     if args.testbed && not_root() {
         bail!("--testbed brings up emulated clusters with network namespaces: run it as root (sudo)");
@@ -232,7 +216,7 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
         );
     }
     if args.peers {
-        notes.extend(peer_notes());
+        notes.extend(peers::notes(args.testbed));
     }
     for n in &notes {
         eprintln!("# {n}");
@@ -269,6 +253,7 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
             .join(" "),
         plan: plan.clone(),
         runs: Vec::new(),
+        peers: Vec::new(),
         notes,
         duration_s: 0.0,
         complete: false,
@@ -306,6 +291,16 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
                     drop(testbed.take()); // the old one goes down first
                     bar.set_message(format!("testbed up {}", spec.describe()));
                     testbed = Some((spec.clone(), Testbed::up(&args.prefix, spec).map_err(|e| format!("{e:#}"))));
+                    let is_up = testbed.as_ref().is_some_and(|t| t.1.is_ok());
+                    if is_up && args.peers && peers::which("iperf3").is_some() {
+                        bar.set_message(format!("iperf3 on {}", spec.describe()));
+                        let secs = if args.quick { 2 } else { 5 };
+                        let p = peers::iperf3(&args.prefix, spec, secs);
+                        if let Some(why) = &p.failed {
+                            bar.println(format!("# iperf3 on {} failed: {why}", spec.describe()));
+                        }
+                        results.peers.push(p);
+                    }
                 }
                 match testbed.as_ref().map(|t| &t.1) {
                     Some(Err(e)) => Err(e.clone()),
