@@ -286,8 +286,8 @@ Each study is a set of figures; each line of a figure is one child run of
 Without --testbed everything runs over loopback TCP rails on this host: rates
 cannot be shaped, and the page says so. With --testbed (root) the report
 brings up each emulated cluster itself (testbed up --prefix PREFIX), and
-takes it down afterwards and on error; after Ctrl-C run
-`multirail testbed down --prefix PREFIX`.
+takes it down afterwards and on error; after Ctrl-C (or a kill) a watcher
+process takes it down within a second or two.
 
 Writes DIR/index.html (self-contained: inline SVG and CSS, no scripts),
 DIR/results.json (the plan, every child's command, records and duration,

@@ -151,11 +151,18 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
 }
 
 /// A testbed the report brought up; taken down when dropped (also on an
-/// error). Ctrl-C kills the process before that: the page says how to
-/// remove it by hand.
+/// error). Ctrl-C or a kill ends the report before that: a watcher
+/// process (a shell that ignores SIGINT) takes it down once the report is
+/// gone.
 struct Testbed {
     prefix: String,
+    watcher: Option<std::process::Child>,
 }
+
+/// The watcher's script: $1 the report's pid, $2 this executable, $3 the
+/// prefix. It looks once a second, for at most a day.
+const WATCHER: &str = "trap '' INT HUP; n=0; while [ $n -lt 86400 ] && kill -0 \"$1\" 2>/dev/null; do sleep 1; \
+                       n=$((n+1)); done; exec \"$2\" testbed down --prefix \"$3\" >/dev/null 2>&1";
 
 impl Testbed {
     fn up(prefix: &str, spec: &TestbedSpec) -> anyhow::Result<Testbed> {
@@ -163,7 +170,18 @@ impl Testbed {
         let _ = child::run_env(&down_argv(prefix), &[]);
         child::checked_env(&spec.up_argv(prefix), &[])
             .with_context(|| format!("bringing up testbed {}", spec.describe()))?;
-        Ok(Testbed { prefix: prefix.into() })
+        let watcher = std::env::current_exe().ok().and_then(|exe| {
+            std::process::Command::new("sh")
+                .args(["-c", WATCHER, "multirail-report-watcher", &std::process::id().to_string()])
+                .arg(exe)
+                .arg(prefix)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()
+        });
+        Ok(Testbed { prefix: prefix.into(), watcher })
     }
 }
 
@@ -173,6 +191,10 @@ fn down_argv(prefix: &str) -> Vec<String> {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
+        if let Some(mut w) = self.watcher.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
         if let Err(e) = child::checked_env(&down_argv(&self.prefix), &[]) {
             eprintln!("multirail report: taking testbed '{}' down: {e:#}", self.prefix);
         }
@@ -258,9 +280,6 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
         duration_s: 0.0,
         complete: false,
     };
-    if args.testbed {
-        eprintln!("# after an interrupted run: multirail testbed down --prefix {}", args.prefix);
-    }
     let bar = ProgressBar::new(jobs.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  {msg}")
