@@ -323,10 +323,11 @@ pub struct ReportArgs {
     /// Name prefix of the testbeds the report brings up (with --testbed).
     #[arg(long, default_value = "rpt")]
     pub prefix: String,
-    /// Also measure other tools on the same rails: iperf3 (with --testbed:
-    /// one TCP stream per rail, all at once, once per testbed; a flat line
-    /// in the bandwidth figures). UCX and Open MPI are not built yet: it
-    /// says whether they are installed and measures nothing with them.
+    /// Also measure other tools on the same rails (with --testbed, once per
+    /// testbed, drawn in the bandwidth figures): iperf3, one TCP stream per
+    /// rail, all at once (a flat line); UCX ucx_perftest tag_bw over all
+    /// rails (UCX_TLS=tcp) per size. Open MPI is not built yet: it says
+    /// whether it is installed and measures nothing with it.
     #[arg(long)]
     pub peers: bool,
     /// Few sizes (8, 64K, 1M), 5 iterations (latency: 100), 1 round: a

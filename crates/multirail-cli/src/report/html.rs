@@ -303,7 +303,11 @@ fn peers_of<'a>(results: &'a Results, fig: &Figure) -> Vec<&'a PeerRun> {
 }
 
 fn peer_label(p: &PeerRun) -> String {
-    format!("{}, {} stream(s) on {}", p.tool, p.testbed.rails, p.testbed.describe())
+    if p.points.is_empty() {
+        format!("{}, {} stream(s) on {}", p.tool, p.testbed.rails, p.testbed.describe())
+    } else {
+        format!("{} on {}", p.tool, p.testbed.describe())
+    }
 }
 
 /// Each line against the peer measured on its testbed, at the largest size.
@@ -311,6 +315,8 @@ fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
     let mut out = String::new();
     for p in peers {
         let Some(total) = p.total else { continue };
+        let peer_at =
+            |s: u64| if p.points.is_empty() { Some(total) } else { p.points.iter().find(|q| q.0 == s).map(|q| q.1) };
         let vs: Vec<String> = fig
             .configs
             .iter()
@@ -318,15 +324,16 @@ fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
             .filter(|(c, _)| c.testbed.as_ref() == Some(&p.testbed))
             .filter_map(|(_, l)| {
                 let (s, v) = *l.points.last()?;
-                Some(format!("{} {:.2} x at {}", esc(&l.label), v / total, format_size(s)))
+                Some(format!("{} {:.2} x at {}", esc(&l.label), v / peer_at(s)?, format_size(s)))
             })
             .collect();
-        let _ = write!(
-            out,
-            " {} (flat line, no message size): {total:.0} MB/s; against it: {}.",
-            esc(&peer_label(p)),
-            vs.join("; ")
-        );
+        let what = if p.points.is_empty() {
+            format!("(flat line, no message size): {total:.0} MB/s")
+        } else {
+            let (s, v) = p.points[p.points.len() - 1];
+            format!("{v:.0} MB/s at {}", format_size(s))
+        };
+        let _ = write!(out, " {} {what}; against it: {}.", esc(&peer_label(p)), vs.join("; "));
     }
     out
 }
@@ -489,8 +496,13 @@ pub fn render(results: &Results) -> Page {
                 let sizes: BTreeSet<u64> = ls.iter().flat_map(|l| l.points.iter().map(|p| p.0)).collect();
                 let mine = peers_of(results, fig);
                 series.extend(mine.iter().filter_map(|p| {
-                    let v = p.total?;
-                    Some(Series { label: peer_label(p), points: sizes.iter().map(|s| (*s, v)).collect() })
+                    let points = if p.points.is_empty() {
+                        let v = p.total?;
+                        sizes.iter().map(|s| (*s, v)).collect()
+                    } else {
+                        p.points.clone()
+                    };
+                    Some(Series { label: peer_label(p), points })
                 }));
                 let svg = plot::svg(&chart(results, fig, series, None)).ok();
                 let mut read = reading(study, fig, &ls);
@@ -691,6 +703,7 @@ mod tests {
             commands: vec![],
             per_rail: vec![240.0, 260.0],
             total: Some(500.0),
+            points: vec![],
             failed: None,
         };
         let r = peer_reading(&fig, &lines, &[&peer]);

@@ -320,6 +320,14 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
                         }
                         results.peers.push(p);
                     }
+                    if is_up && args.peers && peers::which("ucx_perftest").is_some() {
+                        bar.set_message(format!("ucx_perftest on {}", spec.describe()));
+                        let p = peers::ucx(&args.prefix, spec, args.quick);
+                        if let Some(why) = &p.failed {
+                            bar.println(format!("# ucx_perftest on {} failed: {why}", spec.describe()));
+                        }
+                        results.peers.push(p);
+                    }
                 }
                 match testbed.as_ref().map(|t| &t.1) {
                     Some(Err(e)) => Err(e.clone()),

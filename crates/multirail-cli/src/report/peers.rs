@@ -2,8 +2,9 @@
 //! lines of the figures. Built: iperf3, one TCP stream per rail, all rails
 //! at once, inside the namespaces of the testbed the report brought up
 //! (server in host1, client in host0, each bound to its rail's address).
-//! Not built: UCX `ucx_perftest` and Open MPI (`bench/compare.sh` runs
-//! them).
+//! UCX: `ucx_perftest -t tag_bw` (UCX_TLS=tcp over all the testbed's
+//! rails) per message size, server in host1, client in host0. Not built:
+//! Open MPI (`bench/compare.sh` runs it).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -28,6 +29,9 @@ pub struct PeerRun {
     /// Received MB/s of each rail's stream, and their sum.
     pub per_rail: Vec<f64>,
     pub total: Option<f64>,
+    /// Per message size (tools that have one, as UCX's tag_bw), MB/s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<(u64, f64)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
 }
@@ -52,16 +56,24 @@ pub fn notes(testbed: bool) -> Vec<String> {
             p.display()
         )),
     }
-    for tool in ["ucx_perftest", "mpirun"] {
-        out.push(match which(tool) {
-            Some(p) => format!(
-                "--peers: {tool} is installed ({}), but running it is not built into multirail report yet: not \
-                 measured (bench/compare.sh measures it on a testbed)",
-                p.display()
-            ),
-            None => format!("--peers: {tool} is not installed: skipped"),
-        });
+    match (which("ucx_perftest"), testbed) {
+        (None, _) => out.push("--peers: ucx_perftest is not installed: skipped".into()),
+        (Some(_), false) => {
+            out.push("--peers: ucx_perftest skipped: it runs between testbed hosts, and there is no --testbed".into())
+        }
+        (Some(p), true) => out.push(format!(
+            "--peers: ucx_perftest ({}) tag_bw measured once per testbed, UCX_TLS=tcp over all its rails",
+            p.display()
+        )),
     }
+    out.push(match which("mpirun") {
+        Some(p) => format!(
+            "--peers: Open MPI's mpirun is installed ({}), but running it is not built into multirail report yet: \
+             not measured (bench/compare.sh measures it on a testbed)",
+            p.display()
+        ),
+        None => "--peers: Open MPI (mpirun) is not installed: skipped".into(),
+    });
     out
 }
 
@@ -138,6 +150,7 @@ pub fn iperf3(prefix: &str, spec: &TestbedSpec, secs: u32) -> PeerRun {
         commands: vec![],
         per_rail: vec![],
         total: None,
+        points: vec![],
         failed: None,
     };
     if let Err(e) = iperf3_into(&mut run, prefix, secs) {
@@ -212,6 +225,113 @@ fn iperf3_into(run: &mut PeerRun, prefix: &str, secs: u32) -> anyhow::Result<()>
     result
 }
 
+/// Sizes of the UCX runs, and the messages sent at each (fewer for large
+/// messages: about 128 MiB, or 512 MiB without --quick, per size).
+pub fn ucx_sizes(quick: bool) -> Vec<(u64, u64)> {
+    let (sizes, budget, most): (&[u64], u64, u64) = if quick {
+        (&[8, 64 << 10, 1 << 20], 128 << 20, 320)
+    } else {
+        (&[8, 1 << 10, 64 << 10, 1 << 20, 4 << 20], 512 << 20, 1280)
+    };
+    sizes.iter().map(|&s| (s, (budget / s).clamp(64, most))).collect()
+}
+
+/// The overall bandwidth of a `ucx_perftest -f` report, MB/s (it prints
+/// MiB/s): the 6th number of its last line of numbers.
+pub fn ucx_rate(out: &str) -> anyhow::Result<f64> {
+    let row = out
+        .lines()
+        .rev()
+        .map(|l| l.split_whitespace().filter_map(|w| w.parse::<f64>().ok()).collect::<Vec<_>>())
+        .find(|n| n.len() == 8)
+        .context("no result line in ucx_perftest's output")?;
+    Ok(row[5] * 1_048_576.0 / 1e6)
+}
+
+const UCX_PORT: u16 = 13400;
+
+/// `ucx_perftest -t tag_bw` per size on testbed `prefix`.
+pub fn ucx(prefix: &str, spec: &TestbedSpec, quick: bool) -> PeerRun {
+    let mut run = PeerRun {
+        tool: "ucx_perftest".into(),
+        testbed: spec.clone(),
+        what: format!("UCX tag_bw, UCX_TLS=tcp over {} rail(s), UCX_MAX_RNDV_RAILS={}", spec.rails, spec.rails),
+        commands: vec![],
+        per_rail: vec![],
+        total: None,
+        points: vec![],
+        failed: None,
+    };
+    if let Err(e) = ucx_into(&mut run, prefix, quick) {
+        run.failed = Some(format!("{e:#}"));
+    }
+    run
+}
+
+fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> {
+    let Hosts { ns0, ns1, rails } = addresses(prefix)?;
+    let devices: Vec<String> = (0..rails.len()).map(|r| format!("rail{r}")).collect();
+    let env: Vec<String> = vec![
+        "env".into(),
+        "UCX_TLS=tcp".into(),
+        format!("UCX_NET_DEVICES={}", devices.join(",")),
+        format!("UCX_MAX_RNDV_RAILS={}", rails.len()),
+    ];
+    for (k, (size, n)) in ucx_sizes(quick).into_iter().enumerate() {
+        let port = (UCX_PORT + k as u16).to_string();
+        let mut server: Vec<String> = ["ip", "netns", "exec", &ns1].map(String::from).to_vec();
+        server.extend(env.iter().cloned());
+        server.extend(["ucx_perftest".into(), "-p".into(), port.clone()]);
+        let mut client: Vec<String> = ["ip", "netns", "exec", &ns0].map(String::from).to_vec();
+        client.extend(env.iter().cloned());
+        client.extend(
+            ["ucx_perftest", &rails[0].1, "-p", &port, "-t", "tag_bw", "-s", &size.to_string(), "-n", &n.to_string()]
+                .map(String::from),
+        );
+        client.extend(["-w".into(), (n / 5).max(1).to_string(), "-f".into()]);
+        run.commands.push(format!("server: {}", server.join(" ")));
+        run.commands.push(format!("client: {}", client.join(" ")));
+        let s = Command::new(&server[0])
+            .args(&server[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting ucx_perftest (server)")?;
+        let t = Instant::now();
+        let port_n = UCX_PORT + k as u16;
+        let mut ready = true;
+        while !listening(&ns1, port_n) {
+            if t.elapsed() > Duration::from_secs(5) {
+                ready = false;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let result = if ready {
+            Command::new(&client[0])
+                .args(&client[1..])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting ucx_perftest (client)")
+                .and_then(|c| wait(c, Duration::from_secs(90)))
+                .and_then(|out| ucx_rate(&out))
+        } else {
+            Err(anyhow::anyhow!("ucx_perftest server not listening on port {port_n} after 5 s"))
+        };
+        let mut s = s;
+        if result.is_err() {
+            let _ = s.kill();
+        }
+        let _ = wait(s, Duration::from_secs(10));
+        run.points.push((size, result.with_context(|| format!("size {size}"))?));
+    }
+    run.total = run.points.last().map(|p| p.1);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +341,17 @@ mod tests {
         let j = r#"{"start":{},"end":{"sum_sent":{"bits_per_second":2.1e9},"sum_received":{"bits_per_second":2.0e9}}}"#;
         assert_eq!(iperf3_rate(j).unwrap(), 250.0);
         assert!(iperf3_rate(r#"{"error":"unable to connect"}"#).is_err());
+    }
+
+    #[test]
+    fn ucx_perftest_final_line_in_megabytes() {
+        let out = "|     Test     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |\n\
+                   +--------------+\n                         320    683.331  6394.444  4524.209      156.39     221.03         156         221\n\
+                   | Message size: 1048576   |\n";
+        assert!((ucx_rate(out).unwrap() - 221.03 * 1.048576).abs() < 1e-9);
+        assert!(ucx_rate("error").is_err());
+        let q = ucx_sizes(true);
+        assert_eq!(q, vec![(8, 320), (65536, 320), (1 << 20, 128)]);
+        assert!(ucx_sizes(false).iter().all(|&(_, n)| (64..=1280).contains(&n)));
     }
 }
