@@ -326,8 +326,9 @@ pub struct ReportArgs {
     /// Also measure other tools on the same rails (with --testbed, once per
     /// testbed, drawn in the bandwidth figures): iperf3, one TCP stream per
     /// rail, all at once (a flat line); UCX ucx_perftest tag_bw over all
-    /// rails (UCX_TLS=tcp) per size. Open MPI is not built yet: it says
-    /// whether it is installed and measures nothing with it.
+    /// rails (UCX_TLS=tcp) per size; Open MPI bench/mpi/mr_bw (ob1, tcp
+    /// BTL over all rails; built with mpicc from the source tree). A tool
+    /// that is missing is skipped with the reason.
     #[arg(long)]
     pub peers: bool,
     /// Few sizes (8, 64K, 1M), 5 iterations (latency: 100), 1 round: a

@@ -320,6 +320,14 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
                         }
                         results.peers.push(p);
                     }
+                    if is_up && args.peers && peers::which("mpirun").is_some() && peers::which("mpicc").is_some() {
+                        bar.set_message(format!("Open MPI mr_bw on {}", spec.describe()));
+                        let p = peers::ompi(&args.prefix, spec, args.quick);
+                        if let Some(why) = &p.failed {
+                            bar.println(format!("# Open MPI on {} failed: {why}", spec.describe()));
+                        }
+                        results.peers.push(p);
+                    }
                     if is_up && args.peers && peers::which("ucx_perftest").is_some() {
                         bar.set_message(format!("ucx_perftest on {}", spec.describe()));
                         let p = peers::ucx(&args.prefix, spec, args.quick);

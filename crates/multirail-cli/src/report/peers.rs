@@ -66,13 +66,15 @@ pub fn notes(testbed: bool) -> Vec<String> {
             p.display()
         )),
     }
-    out.push(match which("mpirun") {
-        Some(p) => format!(
-            "--peers: Open MPI's mpirun is installed ({}), but running it is not built into multirail report yet: \
-             not measured (bench/compare.sh measures it on a testbed)",
+    out.push(match (which("mpirun"), which("mpicc"), testbed) {
+        (None, _, _) | (_, None, _) => "--peers: Open MPI (mpirun and mpicc) is not installed: skipped".into(),
+        (Some(_), Some(_), false) => {
+            "--peers: Open MPI skipped: it runs between testbed hosts, and there is no --testbed".into()
+        }
+        (Some(p), Some(_), true) => format!(
+            "--peers: Open MPI ({}) bench/mpi/mr_bw measured once per testbed: ob1, tcp BTL over all its rails",
             p.display()
         ),
-        None => "--peers: Open MPI (mpirun) is not installed: skipped".into(),
     });
     out
 }
@@ -332,6 +334,98 @@ fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `bench/` of the source tree this executable was built from.
+fn bench_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench"))
+}
+
+/// The OSU-style `SIZE VALUE` lines of mr_bw's output.
+pub fn osu_points(out: &str) -> Vec<(u64, f64)> {
+    out.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let size = w.next()?.parse().ok()?;
+            let value = w.next()?.parse().ok()?;
+            w.next().is_none().then_some((size, value))
+        })
+        .collect()
+}
+
+/// Open MPI's `mr_bw` (ob1, tcp BTL over every rail) on testbed `prefix`.
+pub fn ompi(prefix: &str, spec: &TestbedSpec, quick: bool) -> PeerRun {
+    let mut run = PeerRun {
+        tool: "Open MPI".into(),
+        testbed: spec.clone(),
+        what: format!("Open MPI bench/mpi/mr_bw, ob1 + tcp BTL over {} rail(s), window 64", spec.rails),
+        commands: vec![],
+        per_rail: vec![],
+        total: None,
+        points: vec![],
+        failed: None,
+    };
+    if let Err(e) = ompi_into(&mut run, prefix, quick) {
+        run.failed = Some(format!("{e:#}"));
+    }
+    run
+}
+
+fn ompi_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> {
+    let bench = bench_dir();
+    let (src, agent) = (bench.join("mpi/mr_bw.c"), bench.join("lib/netns-agent"));
+    if !src.is_file() || !agent.is_file() {
+        bail!("{} or {} not found: this multirail was not built from a source tree", src.display(), agent.display());
+    }
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let dir = exe.parent().context("no directory of this executable")?.join("report-mpi");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let prog = dir.join("mr_bw");
+    let build = ["mpicc", "-O2", "-o", &prog.to_string_lossy(), &src.to_string_lossy()].map(String::from).to_vec();
+    run.commands.push(build.join(" "));
+    let out = Command::new(&build[0]).args(&build[1..]).stdin(Stdio::null()).output().context("starting mpicc")?;
+    if !out.status.success() {
+        bail!("mpicc failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let Hosts { ns0, rails, .. } = addresses(prefix)?;
+    let ifs: Vec<String> = (0..rails.len()).map(|r| format!("rail{r}")).collect();
+    let args: Vec<String> = if quick {
+        ["-s", "8,64K,1M", "-i", "5", "-w", "1", "-W", "64"].map(String::from).to_vec()
+    } else {
+        ["-s", "1:4M", "-i", "20", "-w", "2", "-W", "64"].map(String::from).to_vec()
+    };
+    let p = prog.to_string_lossy().into_owned();
+    let mut argv: Vec<String> = vec!["env".into(), format!("MR_NETNS_PREFIX={prefix}"), "ip".into(), "netns".into()];
+    argv.extend(["exec".into(), ns0, "mpirun".into(), "--allow-run-as-root".into(), "--bind-to".into(), "none".into()]);
+    for (k, v) in [
+        ("plm_rsh_agent", agent.to_string_lossy().into_owned()),
+        ("oob_tcp_if_include", "rail0".to_string()),
+        ("pml", "ob1".into()),
+        ("btl", "tcp,self".into()),
+        ("btl_tcp_if_include", ifs.join(",")),
+    ] {
+        argv.extend(["--mca".into(), k.into(), v]);
+    }
+    argv.extend(["-np".into(), "1".into(), "-H".into(), rails[0].0.clone(), p.clone()]);
+    argv.extend(args.iter().cloned());
+    argv.extend([":".into(), "-np".into(), "1".into(), "-H".into(), rails[0].1.clone(), p]);
+    argv.extend(args.iter().cloned());
+    run.commands.push(argv.join(" "));
+    let c = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting mpirun")?;
+    let out = wait(c, Duration::from_secs(300)).context("mpirun mr_bw")?;
+    run.points = osu_points(&out);
+    if run.points.is_empty() {
+        bail!("no results in mr_bw's output");
+    }
+    run.total = run.points.last().map(|p| p.1);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +435,12 @@ mod tests {
         let j = r#"{"start":{},"end":{"sum_sent":{"bits_per_second":2.1e9},"sum_received":{"bits_per_second":2.0e9}}}"#;
         assert_eq!(iperf3_rate(j).unwrap(), 250.0);
         assert!(iperf3_rate(r#"{"error":"unable to connect"}"#).is_err());
+    }
+
+    #[test]
+    fn mr_bw_output_in_points() {
+        let out = "# rank 0: host vm\n# Size      Bandwidth (MB/s)\n8                       0.95\n65536   337.13\n1048576 329.73\n";
+        assert_eq!(osu_points(out), vec![(8, 0.95), (65536, 337.13), (1 << 20, 329.73)]);
     }
 
     #[test]
