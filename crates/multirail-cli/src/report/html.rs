@@ -290,7 +290,7 @@ pub fn reading(study: &Study, fig: &Figure, lines: &[Line]) -> String {
             }
         }
     }
-    out.join(" ")
+    out.join("<br>\n")
 }
 
 /// The peer runs drawn in a bandwidth figure: those on a testbed one of
@@ -333,7 +333,7 @@ fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
             let (s, v) = p.points[p.points.len() - 1];
             format!("{v:.0} MB/s at {}", format_size(s))
         };
-        let _ = write!(out, " {} {what}; against it: {}.", esc(&peer_label(p)), vs.join("; "));
+        let _ = write!(out, "<br>\n{} {what}; against it: {}.", esc(&peer_label(p)), vs.join("; "));
     }
     out
 }
@@ -418,29 +418,13 @@ pub fn render(results: &Results) -> Page {
     for n in &results.notes {
         let _ = writeln!(h, "<p class=\"note\">{}</p>", esc(n));
     }
-    if !results.peers.is_empty() {
-        h.push_str("<h2 id=\"peers\">Peers</h2>\n<ul>\n");
-        for p in &results.peers {
-            let result = match (&p.failed, p.total) {
-                (Some(f), _) => format!("<span class=\"failed\">failed: {}</span>", esc(f)),
-                (None, Some(t)) => format!(
-                    "{t:.0} MB/s in all (per rail: {})",
-                    p.per_rail.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
-                ),
-                (None, None) => "no result".into(),
-            };
-            let _ = writeln!(h, "<li>{} on {}: {result}", esc(&p.what), esc(&p.testbed.describe()));
-            for c in &p.commands {
-                let _ = write!(h, "<br><code>{}</code>", esc(c));
-            }
-            h.push_str("</li>\n");
-        }
-        h.push_str("</ul>\n");
-    }
     h.push_str("<p>Studies: ");
     let toc: Vec<String> =
         plan.studies.iter().map(|s| format!("<a href=\"#study-{}\">{}</a>", esc(&s.id), esc(&s.title))).collect();
     h.push_str(&toc.join(" · "));
+    if !results.peers.is_empty() {
+        h.push_str(" · <a href=\"#peers\">Peers: the other tools' commands</a>");
+    }
     h.push_str("</p>\n");
     for study in &plan.studies {
         let _ = write!(
@@ -480,7 +464,7 @@ pub fn render(results: &Results) -> Page {
                             esc(&cbr::summary(&mine))
                         })
                         .collect::<Vec<_>>()
-                        .join(". ")
+                        .join(".<br>\n")
                         + "."
                 };
                 (svg, cbr_table(&rows), read)
@@ -526,6 +510,31 @@ pub fn render(results: &Results) -> Page {
             h.push_str(&commands(results, study, fi, fig));
         }
         h.push_str("</section>\n");
+    }
+    if !results.peers.is_empty() {
+        h.push_str("<h2 id=\"peers\">Peers</h2>\n<ul>\n");
+        for p in &results.peers {
+            let result = match (&p.failed, p.total) {
+                (Some(f), _) => format!("<span class=\"failed\">failed: {}</span>", esc(f)),
+                (None, Some(t)) if p.points.is_empty() => format!(
+                    "{t:.0} MB/s in all (per rail: {})",
+                    p.per_rail.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ")
+                ),
+                (None, Some(_)) => p
+                    .points
+                    .iter()
+                    .map(|(s, v)| format!("{} {v:.0} MB/s", format_size(*s)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                (None, None) => "no result".into(),
+            };
+            let _ = writeln!(h, "<li>{} on {}: {result}", esc(&p.what), esc(&p.testbed.describe()));
+            for c in &p.commands {
+                let _ = write!(h, "<br><code>{}</code>", esc(c));
+            }
+            h.push_str("</li>\n");
+        }
+        h.push_str("</ul>\n");
     }
     h.push_str("</body>\n</html>\n");
     Page { html: h, figures }
@@ -709,7 +718,7 @@ mod tests {
         let r = peer_reading(&fig, &lines, &[&peer]);
         assert_eq!(
             r,
-            " iperf3, 2 stream(s) on 2 x 2gbit (flat line, no message size): 500 MB/s; against it: pair 0.90 x at 1M."
+            "<br>\niperf3, 2 stream(s) on 2 x 2gbit (flat line, no message size): 500 MB/s; against it: pair 0.90 x at 1M."
         );
     }
 

@@ -141,8 +141,11 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<i32> {
             write(&args.out.join(name), svg)?;
         }
         write(&args.out.join("index.html"), &page.html)?;
-        if args.out.join("results.json") != *from && !args.out.join("results.json").exists() {
-            write(&args.out.join("results.json"), &text)?;
+        // The page's numbers go with it (unless they are already there).
+        let dest = args.out.join("results.json");
+        let same = std::fs::canonicalize(&dest).ok().is_some_and(|d| std::fs::canonicalize(from).ok() == Some(d));
+        if !same {
+            write(&dest, &text)?;
         }
         eprintln!("# report rendered from {} into {}", from.display(), args.out.join("index.html").display());
         return Ok(0);
