@@ -185,3 +185,48 @@ fn report_quick_fdr_edr_on_loopback() {
     }
     assert!(page.contains("rates cannot be shaped"));
 }
+
+/// The peers of a recorded `--testbed --quick --peers` run
+/// (tests/data/report-results-testbed.json, a test fixture).
+#[test]
+fn page_with_testbeds_and_peers() {
+    let dir = scratch("testbed");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-results-testbed.json");
+    let o = run(
+        &mut multirail(&["report", "--from", fixture.to_str().unwrap(), "--out", dir.to_str().unwrap()]),
+        "report --from (testbed)",
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let results: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    assert!(page.contains("<h2 id=\"peers\">Peers</h2>"));
+    assert!(page.contains("emulated clusters (multirail testbed, prefix rpt)"));
+    // The skipped multi-port half says why, in the notes and at its command.
+    assert!(page.contains("multi-port half of the udapl study skipped"));
+    assert!(page.contains("skipped: `testbed up` has no --bus"));
+    // Peers are lines of the bandwidth figures (in the SVG legend).
+    let bw = std::fs::read_to_string(dir.join("fig-fdr-edr-2.svg")).unwrap();
+    for label in ["iperf3, 2 stream(s) on 2 x 3gbit", "Open MPI on 2 x 3gbit", "ucx_perftest on 2 x 1gbit"] {
+        assert!(bw.contains(label), "{label} in the fdr-edr bandwidth figure");
+    }
+    // The reading: the faster set against iperf3 on its testbed at 1M,
+    // from the fixture's numbers.
+    let iperf = results["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["tool"] == "iperf3" && p["testbed"]["rate"] == "3gbit")
+        .unwrap()["total"]
+        .as_f64()
+        .unwrap();
+    let faster = value(&results, "fdr-edr", 1, 1, 1 << 20);
+    let want = format!(
+        "iperf3, 2 stream(s) on 2 x 3gbit (flat line, no message size): {iperf:.0} MB/s; against it: faster: 2 x \
+         3gbit {:.2} x at 1M.",
+        faster / iperf
+    );
+    assert!(page.contains(&want), "{want}");
+    // And against the NPC'09 model of its rates (2 x 3 Gbit/s = 750 MB/s).
+    assert!(page.contains(&format!("faster: 2 x 3gbit {:.2} x the model's 750 MB/s", faster / 750.0)));
+}
