@@ -205,6 +205,7 @@ impl Drop for Testbed {
 }
 
 /// One planned child run.
+#[derive(Debug, Clone, PartialEq)]
 struct Job {
     study: usize,
     figure: usize,
@@ -217,6 +218,37 @@ fn testbed_has_bus() -> bool {
     child::run_env(&["testbed".into(), "up".into(), "--help".into()], &[])
         .map(|f| f.stdout.contains("--bus"))
         .unwrap_or(false)
+}
+
+/// The child runs of `plan` in the order they run. Rounds are interleaved
+/// (round 1 of every configuration, then round 2, ...), so that a slow
+/// spell of the machine does not fall on one line; with testbeds, the runs
+/// that need the same one go together, in the order the testbeds are first
+/// needed (a stable sort: rounds stay interleaved within a testbed).
+fn jobs(plan: &Plan) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    let most = plan.studies.iter().flat_map(|s| &s.figures).flat_map(|f| &f.configs).map(|c| c.rounds).max();
+    for round in 1..=most.unwrap_or(0) {
+        for (s, study) in plan.studies.iter().enumerate() {
+            for (f, fig) in study.figures.iter().enumerate() {
+                for (c, cfg) in fig.configs.iter().enumerate() {
+                    if round <= cfg.rounds {
+                        jobs.push(Job { study: s, figure: f, config: c, round });
+                    }
+                }
+            }
+        }
+    }
+    let spec_of = |j: &Job| plan.studies[j.study].figures[j.figure].configs[j.config].testbed.clone();
+    let mut order: Vec<Option<TestbedSpec>> = Vec::new();
+    for j in &jobs {
+        let s = spec_of(j);
+        if !order.contains(&s) {
+            order.push(s);
+        }
+    }
+    jobs.sort_by_key(|j| order.iter().position(|s| *s == spec_of(j)));
+    jobs
 }
 
 fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
@@ -246,28 +278,7 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
     for n in &notes {
         eprintln!("# {n}");
     }
-    let mut jobs = Vec::new();
-    for (s, study) in plan.studies.iter().enumerate() {
-        for (f, fig) in study.figures.iter().enumerate() {
-            for (c, cfg) in fig.configs.iter().enumerate() {
-                for round in 1..=cfg.rounds {
-                    jobs.push(Job { study: s, figure: f, config: c, round });
-                }
-            }
-        }
-    }
-    // One testbed at a time: runs that need the same one go together.
-    let spec_of = |j: &Job| plan.studies[j.study].figures[j.figure].configs[j.config].testbed.clone();
-    if args.testbed {
-        let mut order: Vec<Option<TestbedSpec>> = Vec::new();
-        for j in &jobs {
-            let s = spec_of(j);
-            if !order.contains(&s) {
-                order.push(s);
-            }
-        }
-        jobs.sort_by_key(|j| order.iter().position(|s| *s == spec_of(j)));
-    }
+    let jobs = jobs(&plan);
     let mut results = Results {
         version: env!("CARGO_PKG_VERSION").into(),
         date: now_utc(),
@@ -396,6 +407,28 @@ fn not_root() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounds_interleave_and_testbeds_group() {
+        use clap::Parser;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["multirail", "report", "--out", "/tmp/x", "--study", "fdr-edr"];
+            argv.extend_from_slice(extra);
+            match crate::cli::Cli::parse_from(argv).command {
+                crate::cli::Command::Report(a) => plan::plan(&a),
+                _ => unreachable!(),
+            }
+        };
+        let short = |js: &[Job]| js.iter().map(|j| (j.figure, j.config, j.round)).collect::<Vec<_>>();
+        // Loopback: round 1 of every line, then round 2, then round 3.
+        let js = jobs(&parse(&[]));
+        assert_eq!(js.len(), 18);
+        assert_eq!(short(&js[..7]), [(0, 0, 1), (0, 1, 1), (1, 0, 1), (1, 1, 1), (2, 0, 1), (2, 1, 1), (0, 0, 2)]);
+        // Testbeds: every run on the slower set (config 0), then the faster.
+        let js = jobs(&parse(&["--testbed"]));
+        assert!(js[..9].iter().all(|j| j.config == 0) && js[9..].iter().all(|j| j.config == 1));
+        assert_eq!(short(&js[..4]), [(0, 0, 1), (1, 0, 1), (2, 0, 1), (0, 0, 2)]);
+    }
 
     #[test]
     fn dates_are_utc_civil_dates() {
