@@ -294,6 +294,8 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
         duration_s: 0.0,
         complete: false,
     };
+    // The plan is on disk before anything runs.
+    write_all(&args.out, &results)?;
     let bar = ProgressBar::new(jobs.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  {msg}")
