@@ -145,8 +145,11 @@ fn page_opens_in_headless_chromium() {
     render(&dir);
     let index = std::fs::canonicalize(dir.join("index.html")).unwrap();
     let url = format!("file://{}", index.display());
-    let o = chromium(&["--dump-dom", &url]);
+    // With the page's console on stderr: the page must log nothing.
+    let o = chromium(&["--enable-logging=stderr", "--v=0", "--dump-dom", &url]);
     assert!(o.status.success(), "chromium --dump-dom: {}", text(&o.stderr));
+    let console: Vec<String> = text(&o.stderr).lines().filter(|l| l.contains(":CONSOLE")).map(String::from).collect();
+    assert!(console.is_empty(), "the page logged: {console:?}");
     let dom = text(&o.stdout);
     let figs = figures(&load_fixture());
     assert_eq!(dom.matches("<svg").count(), figs.len(), "every figure's <svg> in the DOM");
