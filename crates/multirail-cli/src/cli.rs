@@ -281,7 +281,8 @@ Each study is a set of figures; each line of a figure is one child run of
              bus: testbed up --bus); the NPC'09 model beside each measurement
   fdr-edr    the OSU tables (latency, bw, bibw) of a slower (2 x 1gbit) vs a
              faster (2 x 3gbit) rail set
-  cbr        the HotI'09 Communication Balance Ratios (bench cbr)
+  cbr        the HotI'09 Communication Balance Ratios (bench cbr); with
+             --testbed also mbw_mr of 4 ranks on 2 hosts, block vs cyclic
 
 Without --testbed everything runs over loopback TCP rails on this host: rates
 cannot be shaped, and the page says so. With --testbed (root) the report

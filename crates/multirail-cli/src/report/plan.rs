@@ -330,6 +330,33 @@ fn cbr(args: &ReportArgs) -> Study {
     // variables for it.
     let (flags, _, testbed) = w.rails(2, SLOW_RAILS, None);
     let config = bench(args, "CBR = intra / inter", Metric::Cbr, (flags, vec![], testbed), &[]);
+    let mut figures = vec![Figure {
+        title: "Balance ratios intra / inter per size".into(),
+        metric: Metric::Cbr,
+        configs: vec![config],
+    }];
+    if args.testbed {
+        // 4 ranks on 2 hosts, 2 pairs (rank i with rank i + 2): block puts
+        // both pairs across the hosts, cyclic both inside one host.
+        let configs = ["block", "cyclic"]
+            .into_iter()
+            .map(|mapping| {
+                let extra = words(&["--pairs", "2", "--ranks-per-host", "2", "--mapping", mapping]);
+                bench(
+                    args,
+                    format!("4 ranks on 2 hosts, {mapping}"),
+                    Metric::MbwMr,
+                    w.rails(2, SLOW_RAILS, None),
+                    &extra,
+                )
+            })
+            .collect();
+        figures.push(Figure {
+            title: "Multi-pair bandwidth, 2 pairs of 4 ranks on 2 hosts: block vs cyclic".into(),
+            metric: Metric::MbwMr,
+            configs,
+        });
+    }
     Study {
         id: "cbr".into(),
         title: "Communication Balance Ratios (HotI'09, DDR/QDR)".into(),
@@ -337,21 +364,19 @@ fn cbr(args: &ReportArgs) -> Study {
                    Panda (HotI'09) defined the Communication Balance Ratios (latency, bandwidth, bi-directional \
                    and multi-pair bandwidth, each intra-node / inter-node) and used them to compare DDR and QDR \
                    InfiniBand on Intel platforms with block and cyclic process placement. Here: the four ratios of \
-                   this host's shared memory against the rails. Block vs cyclic placement (4 ranks on 2 hosts) is \
-                   not measured: bench cbr runs 2 ranks per side and has no --mapping yet."
+                   this host's shared memory against the rails, and (with --testbed) the multi-pair bandwidth of 4 \
+                   ranks on 2 hosts placed block (both pairs across the hosts) vs cyclic (both pairs inside a \
+                   host)."
             .into(),
         setup: if args.testbed {
             setup(args, format!("intra-node: 2 ranks over shared memory; inter-node: 2 hosts, 2 rails at {SLOW_RAILS}"))
         } else {
             "No --testbed: intra-node is 2 ranks over shared memory, inter-node 2 ranks on this same host over \
-             two loopback TCP rails standing in for two nodes (bench cbr sets MULTIRAIL_SHM=off for that side)."
+             two loopback TCP rails standing in for two nodes (bench cbr sets MULTIRAIL_SHM=off for that side). \
+             Block vs cyclic placement needs --testbed (hosts to place ranks on)."
                 .into()
         },
-        figures: vec![Figure {
-            title: "Balance ratios intra / inter per size".into(),
-            metric: Metric::Cbr,
-            configs: vec![config],
-        }],
+        figures,
     }
 }
 
@@ -502,6 +527,19 @@ mod tests {
         let c = &study(&p, "cbr").figures[0].configs[0];
         assert_eq!(argv(c), "bench cbr --json --quiet --testbed --testbed-prefix rpt --sizes 1:4M");
         assert_eq!(c.rounds, 1);
+        let placement = &study(&p, "cbr").figures[1];
+        assert_eq!(placement.metric, Metric::MbwMr);
+        assert_eq!(
+            argv(&placement.configs[1]),
+            "bench mbw_mr --json --quiet --testbed --testbed-prefix rpt --sizes 1:4M --pairs 2 --ranks-per-host 2 \
+             --mapping cyclic"
+        );
+        assert_eq!(
+            placement.configs[0].testbed.as_ref().unwrap().up_argv("rpt").join(" "),
+            "testbed up --prefix rpt --rails 2 --rate 2gbit"
+        );
+        // No placement on loopback: one host.
+        assert_eq!(study(&plan(&args(&["--study", "cbr"])), "cbr").figures.len(), 1);
     }
 
     #[test]
