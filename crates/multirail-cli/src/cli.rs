@@ -328,8 +328,9 @@ pub struct ReportArgs {
     /// testbed, drawn in the bandwidth figures): iperf3, one TCP stream per
     /// rail, all at once (a flat line); UCX ucx_perftest tag_bw over all
     /// rails (UCX_TLS=tcp) per size; Open MPI bench/mpi/mr_bw (ob1, tcp
-    /// BTL over all rails; built with mpicc from the source tree). A tool
-    /// that is missing is skipped with the reason.
+    /// BTL over all rails; built with mpicc from the source tree); in the
+    /// latency figures UCX tag_lat and mr_pingpong. A tool that is missing
+    /// is skipped with the reason.
     #[arg(long)]
     pub peers: bool,
     /// Few sizes (8, 64K, 1M), 5 iterations (latency: 100), 1 round: a

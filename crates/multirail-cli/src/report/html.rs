@@ -296,10 +296,12 @@ pub fn reading(study: &Study, fig: &Figure, lines: &[Line]) -> String {
 /// The peer runs drawn in a bandwidth figure: those on a testbed one of
 /// its lines used.
 fn peers_of<'a>(results: &'a Results, fig: &Figure) -> Vec<&'a PeerRun> {
-    if fig.metric != Metric::Bw {
-        return vec![];
-    }
-    results.peers.iter().filter(|p| fig.configs.iter().any(|c| c.testbed.as_ref() == Some(&p.testbed))).collect()
+    results
+        .peers
+        .iter()
+        .filter(|p| p.metric == fig.metric)
+        .filter(|p| fig.configs.iter().any(|c| c.testbed.as_ref() == Some(&p.testbed)))
+        .collect()
 }
 
 fn peer_label(p: &PeerRun) -> String {
@@ -310,8 +312,13 @@ fn peer_label(p: &PeerRun) -> String {
     }
 }
 
-/// Each line against the peer measured on its testbed, at the largest size.
+/// Each line against the peer measured on its testbed, at the largest size
+/// (latency: the smallest above 0).
 fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
+    let latency = fig.metric == Metric::Latency;
+    let pick = |pts: &[(u64, f64)]| -> Option<(u64, f64)> {
+        if latency { pts.iter().copied().find(|p| p.0 > 0) } else { pts.last().copied() }
+    };
     let mut out = String::new();
     for p in peers {
         let Some(total) = p.total else { continue };
@@ -323,15 +330,13 @@ fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
             .zip(lines)
             .filter(|(c, _)| c.testbed.as_ref() == Some(&p.testbed))
             .filter_map(|(_, l)| {
-                let (s, v) = *l.points.last()?;
+                let (s, v) = pick(&l.points)?;
                 Some(format!("{} {:.2} x at {}", esc(&l.label), v / peer_at(s)?, format_size(s)))
             })
             .collect();
-        let what = if p.points.is_empty() {
-            format!("(flat line, no message size): {total:.0} MB/s")
-        } else {
-            let (s, v) = p.points[p.points.len() - 1];
-            format!("{v:.0} MB/s at {}", format_size(s))
+        let what = match pick(&p.points) {
+            None => format!("(flat line, no message size): {}", show(fig.metric, total)),
+            Some((s, v)) => format!("{} at {}", show(fig.metric, v), format_size(s)),
         };
         let _ = write!(out, "<br>\n{} {what}; against it: {}.", esc(&peer_label(p)), vs.join("; "));
     }
@@ -707,6 +712,7 @@ mod tests {
         let lines = [line("fast", &[(8, 1.0), (1 << 20, 400.0)]), line("pair", &[(8, 1.0), (1 << 20, 450.0)])];
         let peer = PeerRun {
             tool: "iperf3".into(),
+            metric: Metric::Bw,
             testbed: TestbedSpec { rails: 2, rate: "2gbit".into(), bus: None },
             what: String::new(),
             commands: vec![],

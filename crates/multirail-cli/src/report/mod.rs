@@ -213,6 +213,15 @@ struct Job {
     round: u32,
 }
 
+/// Whether a figure of `metric` has a line on testbed `spec`.
+fn plan_shows(plan: &Plan, metric: plan::Metric, spec: &TestbedSpec) -> bool {
+    plan.studies
+        .iter()
+        .flat_map(|s| &s.figures)
+        .filter(|f| f.metric == metric)
+        .any(|f| f.configs.iter().any(|c| c.testbed.as_ref() == Some(spec)))
+}
+
 /// Whether this binary's `testbed up` takes `--bus` (the multi-port setup).
 fn testbed_has_bus() -> bool {
     child::run_env(&["testbed".into(), "up".into(), "--help".into()], &[])
@@ -336,21 +345,27 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
                         }
                         results.peers.push(p);
                     }
-                    if is_up && args.peers && peers::which("mpirun").is_some() && peers::which("mpicc").is_some() {
-                        bar.set_message(format!("Open MPI mr_bw on {}", spec.describe()));
-                        let p = peers::ompi(&args.prefix, spec, args.quick);
-                        if let Some(why) = &p.failed {
-                            bar.println(format!("# Open MPI on {} failed: {why}", spec.describe()));
+                    // Per-size peers for the metrics some figure on this testbed shows.
+                    for metric in [plan::Metric::Bw, plan::Metric::Latency] {
+                        if !(is_up && args.peers && plan_shows(&plan, metric, spec)) {
+                            continue;
                         }
-                        results.peers.push(p);
-                    }
-                    if is_up && args.peers && peers::which("ucx_perftest").is_some() {
-                        bar.set_message(format!("ucx_perftest on {}", spec.describe()));
-                        let p = peers::ucx(&args.prefix, spec, args.quick);
-                        if let Some(why) = &p.failed {
-                            bar.println(format!("# ucx_perftest on {} failed: {why}", spec.describe()));
+                        if peers::which("mpirun").is_some() && peers::which("mpicc").is_some() {
+                            bar.set_message(format!("Open MPI {} on {}", metric.test(), spec.describe()));
+                            let p = peers::ompi(&args.prefix, spec, args.quick, metric);
+                            if let Some(why) = &p.failed {
+                                bar.println(format!("# Open MPI on {} failed: {why}", spec.describe()));
+                            }
+                            results.peers.push(p);
                         }
-                        results.peers.push(p);
+                        if peers::which("ucx_perftest").is_some() {
+                            bar.set_message(format!("ucx_perftest {} on {}", metric.test(), spec.describe()));
+                            let p = peers::ucx(&args.prefix, spec, args.quick, metric);
+                            if let Some(why) = &p.failed {
+                                bar.println(format!("# ucx_perftest on {} failed: {why}", spec.describe()));
+                            }
+                            results.peers.push(p);
+                        }
                     }
                 }
                 match testbed.as_ref().map(|t| &t.1) {

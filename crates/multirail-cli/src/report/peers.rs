@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-use super::plan::TestbedSpec;
+use super::plan::{Metric, TestbedSpec};
 use crate::child;
 
 /// One peer measurement on one testbed.
@@ -21,6 +21,10 @@ use crate::child;
 pub struct PeerRun {
     /// `iperf3`.
     pub tool: String,
+    /// Which figures it belongs to: bw (the default, also in results of
+    /// older versions) or latency.
+    #[serde(default = "bw")]
+    pub metric: Metric,
     pub testbed: TestbedSpec,
     /// What was measured, for the page.
     pub what: String,
@@ -34,6 +38,10 @@ pub struct PeerRun {
     pub points: Vec<(u64, f64)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+}
+
+fn bw() -> Metric {
+    Metric::Bw
 }
 
 /// Where `tool` is on PATH.
@@ -62,7 +70,7 @@ pub fn notes(testbed: bool) -> Vec<String> {
             out.push("--peers: ucx_perftest skipped: it runs between testbed hosts, and there is no --testbed".into())
         }
         (Some(p), true) => out.push(format!(
-            "--peers: ucx_perftest ({}) tag_bw measured once per testbed, UCX_TLS=tcp over all its rails",
+            "--peers: ucx_perftest ({}) tag_bw and tag_lat measured once per testbed, UCX_TLS=tcp over all its rails",
             p.display()
         )),
     }
@@ -72,7 +80,7 @@ pub fn notes(testbed: bool) -> Vec<String> {
             "--peers: Open MPI skipped: it runs between testbed hosts, and there is no --testbed".into()
         }
         (Some(p), Some(_), true) => format!(
-            "--peers: Open MPI ({}) bench/mpi/mr_bw measured once per testbed: ob1, tcp BTL over all its rails",
+            "--peers: Open MPI ({}) bench/mpi/mr_bw and mr_pingpong measured once per testbed: ob1, tcp BTL over all its rails",
             p.display()
         ),
     });
@@ -147,6 +155,7 @@ const PORT: u16 = 5201;
 pub fn iperf3(prefix: &str, spec: &TestbedSpec, secs: u32) -> PeerRun {
     let mut run = PeerRun {
         tool: "iperf3".into(),
+        metric: Metric::Bw,
         testbed: spec.clone(),
         what: format!("iperf3, {} TCP stream(s), one per rail, {secs} s", spec.rails),
         commands: vec![],
@@ -252,12 +261,27 @@ pub fn ucx_rate(out: &str) -> anyhow::Result<f64> {
 
 const UCX_PORT: u16 = 13400;
 
-/// `ucx_perftest -t tag_bw` per size on testbed `prefix`.
-pub fn ucx(prefix: &str, spec: &TestbedSpec, quick: bool) -> PeerRun {
+/// The one-way latency of a `ucx_perftest -t tag_lat -f` report, µs: the
+/// 4th number (overall) of its last line of numbers.
+pub fn ucx_latency(out: &str) -> anyhow::Result<f64> {
+    let row = out
+        .lines()
+        .rev()
+        .map(|l| l.split_whitespace().filter_map(|w| w.parse::<f64>().ok()).collect::<Vec<_>>())
+        .find(|n| n.len() == 8)
+        .context("no result line in ucx_perftest's output")?;
+    Ok(row[3])
+}
+
+/// `ucx_perftest -t tag_bw` (bw) or `-t tag_lat` (latency) per size on
+/// testbed `prefix`.
+pub fn ucx(prefix: &str, spec: &TestbedSpec, quick: bool, metric: Metric) -> PeerRun {
+    let test = if metric == Metric::Latency { "tag_lat" } else { "tag_bw" };
     let mut run = PeerRun {
         tool: "ucx_perftest".into(),
+        metric,
         testbed: spec.clone(),
-        what: format!("UCX tag_bw, UCX_TLS=tcp over {} rail(s), UCX_MAX_RNDV_RAILS={}", spec.rails, spec.rails),
+        what: format!("UCX {test}, UCX_TLS=tcp over {} rail(s), UCX_MAX_RNDV_RAILS={}", spec.rails, spec.rails),
         commands: vec![],
         per_rail: vec![],
         total: None,
@@ -279,7 +303,11 @@ fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> 
         format!("UCX_NET_DEVICES={}", devices.join(",")),
         format!("UCX_MAX_RNDV_RAILS={}", rails.len()),
     ];
+    let latency = run.metric == Metric::Latency;
+    let test = if latency { "tag_lat" } else { "tag_bw" };
     for (k, (size, n)) in ucx_sizes(quick).into_iter().enumerate() {
+        // Round trips are cheap: as many as OSU's latency test makes.
+        let n = if latency { if quick { 100 } else { 1000 } } else { n };
         let port = (UCX_PORT + k as u16).to_string();
         let mut server: Vec<String> = ["ip", "netns", "exec", &ns1].map(String::from).to_vec();
         server.extend(env.iter().cloned());
@@ -287,7 +315,7 @@ fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> 
         let mut client: Vec<String> = ["ip", "netns", "exec", &ns0].map(String::from).to_vec();
         client.extend(env.iter().cloned());
         client.extend(
-            ["ucx_perftest", &rails[0].1, "-p", &port, "-t", "tag_bw", "-s", &size.to_string(), "-n", &n.to_string()]
+            ["ucx_perftest", &rails[0].1, "-p", &port, "-t", test, "-s", &size.to_string(), "-n", &n.to_string()]
                 .map(String::from),
         );
         client.extend(["-w".into(), (n / 5).max(1).to_string(), "-f".into()]);
@@ -319,7 +347,7 @@ fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> 
                 .spawn()
                 .context("starting ucx_perftest (client)")
                 .and_then(|c| wait(c, Duration::from_secs(90)))
-                .and_then(|out| ucx_rate(&out))
+                .and_then(|out| if latency { ucx_latency(&out) } else { ucx_rate(&out) })
         } else {
             Err(anyhow::anyhow!("ucx_perftest server not listening on port {port_n} after 5 s"))
         };
@@ -352,12 +380,19 @@ pub fn osu_points(out: &str) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// Open MPI's `mr_bw` (ob1, tcp BTL over every rail) on testbed `prefix`.
-pub fn ompi(prefix: &str, spec: &TestbedSpec, quick: bool) -> PeerRun {
+/// Open MPI's `mr_bw` (bw) or `mr_pingpong` (latency), ob1 + tcp BTL
+/// over every rail, on testbed `prefix`.
+pub fn ompi(prefix: &str, spec: &TestbedSpec, quick: bool, metric: Metric) -> PeerRun {
+    let what = if metric == Metric::Latency {
+        format!("Open MPI bench/mpi/mr_pingpong, ob1 + tcp BTL over {} rail(s)", spec.rails)
+    } else {
+        format!("Open MPI bench/mpi/mr_bw, ob1 + tcp BTL over {} rail(s), window 64", spec.rails)
+    };
     let mut run = PeerRun {
         tool: "Open MPI".into(),
+        metric,
         testbed: spec.clone(),
-        what: format!("Open MPI bench/mpi/mr_bw, ob1 + tcp BTL over {} rail(s), window 64", spec.rails),
+        what,
         commands: vec![],
         per_rail: vec![],
         total: None,
@@ -372,14 +407,15 @@ pub fn ompi(prefix: &str, spec: &TestbedSpec, quick: bool) -> PeerRun {
 
 fn ompi_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> {
     let bench = bench_dir();
-    let (src, agent) = (bench.join("mpi/mr_bw.c"), bench.join("lib/netns-agent"));
+    let name = if run.metric == Metric::Latency { "mr_pingpong" } else { "mr_bw" };
+    let (src, agent) = (bench.join(format!("mpi/{name}.c")), bench.join("lib/netns-agent"));
     if !src.is_file() || !agent.is_file() {
         bail!("{} or {} not found: this multirail was not built from a source tree", src.display(), agent.display());
     }
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let dir = exe.parent().context("no directory of this executable")?.join("report-mpi");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let prog = dir.join("mr_bw");
+    let prog = dir.join(name);
     let build = ["mpicc", "-O2", "-o", &prog.to_string_lossy(), &src.to_string_lossy()].map(String::from).to_vec();
     run.commands.push(build.join(" "));
     let out = Command::new(&build[0]).args(&build[1..]).stdin(Stdio::null()).output().context("starting mpicc")?;
@@ -388,7 +424,11 @@ fn ompi_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()>
     }
     let Hosts { ns0, rails, .. } = addresses(prefix)?;
     let ifs: Vec<String> = (0..rails.len()).map(|r| format!("rail{r}")).collect();
-    let args: Vec<String> = if quick {
+    let args: Vec<String> = if run.metric == Metric::Latency {
+        // mr_pingpong's own counts (OSU's) without --quick.
+        let a: &[&str] = if quick { &["-s", "8,64K,1M", "-i", "100", "-w", "10"] } else { &["-s", "1:4M"] };
+        a.iter().map(|s| s.to_string()).collect()
+    } else if quick {
         ["-s", "8,64K,1M", "-i", "5", "-w", "1", "-W", "64"].map(String::from).to_vec()
     } else {
         ["-s", "1:4M", "-i", "20", "-w", "2", "-W", "64"].map(String::from).to_vec()
@@ -417,10 +457,10 @@ fn ompi_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()>
         .stderr(Stdio::piped())
         .spawn()
         .context("starting mpirun")?;
-    let out = wait(c, Duration::from_secs(300)).context("mpirun mr_bw")?;
+    let out = wait(c, Duration::from_secs(300)).with_context(|| format!("mpirun {name}"))?;
     run.points = osu_points(&out);
     if run.points.is_empty() {
-        bail!("no results in mr_bw's output");
+        bail!("no results in {name}'s output");
     }
     run.total = run.points.last().map(|p| p.1);
     Ok(())
@@ -450,6 +490,7 @@ mod tests {
                    | Message size: 1048576   |\n";
         assert!((ucx_rate(out).unwrap() - 221.03 * 1.048576).abs() < 1e-9);
         assert!(ucx_rate("error").is_err());
+        assert_eq!(ucx_latency(out).unwrap(), 4524.209);
         let q = ucx_sizes(true);
         assert_eq!(q, vec![(8, 320), (65536, 320), (1 << 20, 128)]);
         assert!(ucx_sizes(false).iter().all(|&(_, n)| (64..=1280).contains(&n)));
