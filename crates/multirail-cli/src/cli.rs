@@ -298,9 +298,10 @@ report goes on. --from DIR/results.json renders the page again without
 measuring.
 
 Examples:
-  multirail report --quick --study fdr-edr --out rpt      about a minute, loopback
+  multirail report --quick --study fdr-edr --out rpt      seconds, loopback
   multirail report --out rpt                               every study, 1:4M, medians of 3
   sudo multirail report --testbed --study dual-rail --out rpt
+  sudo multirail report --testbed --peers --quick --out rpt   with iperf3, UCX, Open MPI
   multirail report --from rpt/results.json --out rpt       render again";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
