@@ -205,6 +205,10 @@ pub enum Command {
     /// (the NPC'09 uDAPL study's model).
     #[command(long_about = MODEL_ABOUT)]
     Model(ModelArgs),
+    /// Re-run the seed studies (dual-rail, udapl, fdr-edr, cbr) and write
+    /// an HTML page of figures, tables and readings.
+    #[command(long_about = REPORT_ABOUT)]
+    Report(ReportArgs),
     /// Print a shell completion script, e.g.
     /// `multirail completions bash > ~/.local/share/bash-completion/completions/multirail`.
     Completions {
@@ -260,6 +264,87 @@ pub struct ModelArgs {
     /// One JSON object: the inputs and multi_hca, multi_port in bytes/s.
     #[arg(long)]
     pub json: bool,
+}
+
+const REPORT_ABOUT: &str = "\
+Re-run the seed studies on your rails and write them up as one page.
+
+Each study is a set of figures; each line of a figure is one child run of
+`multirail bench TEST --json` (the page shows its exact command):
+
+  dual-rail  one faster rail (3500mbit) vs two slower ones (2 x 2gbit) with
+             *:single, MVAPICH2-style threshold striping (16K and 8K),
+             *:round-robin and the default policy; bw, bibw, latency; where
+             the cusp between eager and striping shows (dual-rail QDR vs FDR)
+  udapl      --progress threaded vs polled on multi-HCA (each rail its own
+             link) and, with --testbed, multi-port (rails sharing one shaped
+             bus: testbed up --bus); the NPC'09 model beside each measurement
+  fdr-edr    the OSU tables (latency, bw, bibw) of a slower (2 x 1gbit) vs a
+             faster (2 x 3gbit) rail set
+  cbr        the HotI'09 Communication Balance Ratios (bench cbr); with
+             --testbed also mbw_mr of 4 ranks on 2 hosts, block vs cyclic
+
+Without --testbed everything runs over loopback TCP rails on this host: rates
+cannot be shaped, and the page says so. With --testbed (root) the report
+brings up each emulated cluster itself (testbed up --prefix PREFIX), and
+takes it down afterwards and on error; after Ctrl-C (or a kill) a watcher
+process takes it down within a second or two.
+
+Writes DIR/index.html (self-contained: inline SVG and CSS, no scripts),
+DIR/results.json (the plan, every child's command, records and duration,
+the machine) after every child, so Ctrl-C keeps what finished, and
+DIR/fig-STUDY-N.svg. A child that fails is recorded with its stderr and the
+report goes on. --from DIR/results.json renders the page again without
+measuring.
+
+Examples:
+  multirail report --quick --study fdr-edr --out rpt      seconds, loopback
+  multirail report --out rpt                               every study, 1:4M, medians of 3
+  sudo multirail report --testbed --study dual-rail --out rpt
+  sudo multirail report --testbed --peers --quick --out rpt   with iperf3, UCX, Open MPI
+  multirail report --from rpt/results.json --out rpt       render again";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StudyName {
+    DualRail,
+    Udapl,
+    FdrEdr,
+    Cbr,
+    All,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Which study: dual-rail, udapl, fdr-edr, cbr or all.
+    #[arg(long, value_enum, default_value = "all")]
+    pub study: StudyName,
+    /// Run on emulated clusters brought up (and down) by the report (root);
+    /// else over loopback TCP rails, unshaped.
+    #[arg(long)]
+    pub testbed: bool,
+    /// Name prefix of the testbeds the report brings up (with --testbed).
+    #[arg(long, default_value = "rpt")]
+    pub prefix: String,
+    /// Also measure other tools on the same rails (with --testbed, once per
+    /// testbed, drawn in the bandwidth figures): iperf3, one TCP stream per
+    /// rail, all at once (a flat line); UCX ucx_perftest tag_bw over all
+    /// rails (UCX_TLS=tcp) per size; Open MPI bench/mpi/mr_bw (ob1, tcp
+    /// BTL over all rails; built with mpicc from the source tree); in the
+    /// latency figures UCX tag_lat and mr_pingpong. A tool that is missing
+    /// is skipped with the reason.
+    #[arg(long)]
+    pub peers: bool,
+    /// Few sizes (8, 64K, 1M), 5 iterations (latency: 100), 1 round: a
+    /// smoke run.
+    /// Default: sizes 1:4M with OSU's loop counts, median of 3 rounds.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory of index.html, results.json and the figures (created).
+    #[arg(long, value_name = "DIR")]
+    pub out: std::path::PathBuf,
+    /// Render the page from a recorded results.json; measure nothing.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<std::path::PathBuf>,
 }
 
 const BENCH_ABOUT: &str = "\

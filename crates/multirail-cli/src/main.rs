@@ -11,6 +11,7 @@ mod info;
 mod launch;
 mod model;
 mod placement;
+mod report;
 mod run;
 mod testbed;
 
@@ -33,6 +34,7 @@ fn main() {
         cli::Command::Testbed { command } => testbed::run(command),
         cli::Command::Run(args) => run::run(args),
         cli::Command::Model(args) => model::run(&args).map(|()| 0),
+        cli::Command::Report(args) => report::run(&args),
         cli::Command::Completions { shell } => docs::completions(shell).map(|()| 0),
         cli::Command::Man { command } => docs::man(command.as_deref()).map(|()| 0),
     };

@@ -203,9 +203,11 @@ fn draw_err(e: impl std::fmt::Display) -> PlotError {
     PlotError::Draw(e.to_string())
 }
 
-/// Colours for the lines, distinct on white and for most colour-blind eyes
-/// (Okabe and Ito's palette); more series reuse them.
-const COLOURS: [RGBColor; 7] = [
+/// Colours for the lines, distinct on white: first Okabe and Ito's palette
+/// (distinct for most colour-blind eyes), then darker and greyer tones for
+/// charts with many lines (a report's figure with its peers); more series
+/// reuse them.
+const COLOURS: [RGBColor; 12] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -213,6 +215,11 @@ const COLOURS: [RGBColor; 7] = [
     RGBColor(230, 159, 0),
     RGBColor(86, 180, 233),
     RGBColor(0, 0, 0),
+    RGBColor(117, 112, 179),
+    RGBColor(140, 140, 140),
+    RGBColor(140, 81, 10),
+    RGBColor(178, 24, 43),
+    RGBColor(77, 146, 33),
 ];
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart) -> Result<(), PlotError>
