@@ -532,6 +532,18 @@ mod tests {
     use super::*;
     use crate::tests_util::{CollectSink, pair_streams};
 
+    /// Flushes `a` and reads `b` until `n` frames arrived (at most 10 s).
+    fn deliver(a: &mut impl Rail, b: &mut impl Rail, n: usize) -> CollectSink {
+        let mut sink = CollectSink::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sink.frames.len() < n {
+            assert!(std::time::Instant::now() < deadline, "timed out");
+            a.flush().unwrap();
+            b.poll_recv(&mut sink).unwrap();
+        }
+        sink
+    }
+
     fn rail(s: TcpStream) -> TcpRail {
         let caps = RailCaps { name: "t".into(), bandwidth: 0, latency: Duration::ZERO, max_frame: 1 << 24 };
         TcpRail::new(s, caps, Limits::default()).unwrap()
@@ -549,13 +561,7 @@ mod tests {
             h.frag_len = n as u32;
             a.send(&h, Bytes::from(vec![i as u8; n]));
         }
-        let mut sink = CollectSink::default();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while sink.frames.len() < sizes.len() {
-            assert!(std::time::Instant::now() < deadline, "timed out");
-            a.flush().unwrap();
-            b.poll_recv(&mut sink).unwrap();
-        }
+        let sink = deliver(&mut a, &mut b, sizes.len());
         for (i, (h, p)) in sink.frames.iter().enumerate() {
             assert_eq!(h.seq, i as u64);
             assert_eq!(p.len(), sizes[i]);
@@ -627,13 +633,7 @@ mod tests {
         // Lent frames take 64 bytes of the ring, not their payload.
         let ring_bytes: usize = sizes.iter().map(|&n| FrameHeader::LEN + if n >= MIN { 16 } else { n }).sum();
         assert_eq!(a.queued_bytes(), ring_bytes);
-        let mut sink = CollectSink::default();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while sink.frames.len() < sizes.len() {
-            assert!(std::time::Instant::now() < deadline, "timed out");
-            a.flush().unwrap();
-            b.poll_recv(&mut sink).unwrap();
-        }
+        let sink = deliver(&mut a, &mut b, sizes.len());
         for ((h, p), (gh, gp)) in sent.iter().zip(&sink.frames) {
             assert_eq!(h, gh, "the header arrives as sent, without the private flag");
             assert_eq!(&p[..], &gp[..], "payload of frame {}", h.seq);

@@ -44,6 +44,34 @@ fn bw() -> Metric {
     Metric::Bw
 }
 
+impl PeerRun {
+    /// A run of `tool` on testbed `spec`, filled by `fill`; its error
+    /// is kept in `failed` (the report goes on).
+    fn measure(
+        tool: &str,
+        metric: Metric,
+        spec: &TestbedSpec,
+        what: String,
+        fill: impl FnOnce(&mut PeerRun) -> anyhow::Result<()>,
+    ) -> PeerRun {
+        let mut run = PeerRun {
+            tool: tool.into(),
+            metric,
+            testbed: spec.clone(),
+            what,
+            commands: vec![],
+            per_rail: vec![],
+            total: None,
+            points: vec![],
+            failed: None,
+        };
+        if let Err(e) = fill(&mut run) {
+            run.failed = Some(format!("{e:#}"));
+        }
+        run
+    }
+}
+
 /// Where `tool` is on PATH.
 pub fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(tool)).find(|f| f.is_file()))
@@ -153,21 +181,13 @@ const PORT: u16 = 5201;
 /// iperf3 on the testbed `prefix` (described by `spec`): one stream per
 /// rail for `secs` seconds, all at once.
 pub fn iperf3(prefix: &str, spec: &TestbedSpec, secs: u32) -> PeerRun {
-    let mut run = PeerRun {
-        tool: "iperf3".into(),
-        metric: Metric::Bw,
-        testbed: spec.clone(),
-        what: format!("iperf3, {} TCP stream(s), one per rail, {secs} s", spec.rails),
-        commands: vec![],
-        per_rail: vec![],
-        total: None,
-        points: vec![],
-        failed: None,
-    };
-    if let Err(e) = iperf3_into(&mut run, prefix, secs) {
-        run.failed = Some(format!("{e:#}"));
-    }
-    run
+    PeerRun::measure(
+        "iperf3",
+        Metric::Bw,
+        spec,
+        format!("iperf3, {} TCP stream(s), one per rail, {secs} s", spec.rails),
+        |run| iperf3_into(run, prefix, secs),
+    )
 }
 
 fn iperf3_into(run: &mut PeerRun, prefix: &str, secs: u32) -> anyhow::Result<()> {
@@ -277,21 +297,13 @@ pub fn ucx_latency(out: &str) -> anyhow::Result<f64> {
 /// testbed `prefix`.
 pub fn ucx(prefix: &str, spec: &TestbedSpec, quick: bool, metric: Metric) -> PeerRun {
     let test = if metric == Metric::Latency { "tag_lat" } else { "tag_bw" };
-    let mut run = PeerRun {
-        tool: "ucx_perftest".into(),
+    PeerRun::measure(
+        "ucx_perftest",
         metric,
-        testbed: spec.clone(),
-        what: format!("UCX {test}, UCX_TLS=tcp over {} rail(s), UCX_MAX_RNDV_RAILS={}", spec.rails, spec.rails),
-        commands: vec![],
-        per_rail: vec![],
-        total: None,
-        points: vec![],
-        failed: None,
-    };
-    if let Err(e) = ucx_into(&mut run, prefix, quick) {
-        run.failed = Some(format!("{e:#}"));
-    }
-    run
+        spec,
+        format!("UCX {test}, UCX_TLS=tcp over {} rail(s), UCX_MAX_RNDV_RAILS={}", spec.rails, spec.rails),
+        |run| ucx_into(run, prefix, quick),
+    )
 }
 
 fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> {
@@ -388,21 +400,7 @@ pub fn ompi(prefix: &str, spec: &TestbedSpec, quick: bool, metric: Metric) -> Pe
     } else {
         format!("Open MPI bench/mpi/mr_bw, ob1 + tcp BTL over {} rail(s), window 64", spec.rails)
     };
-    let mut run = PeerRun {
-        tool: "Open MPI".into(),
-        metric,
-        testbed: spec.clone(),
-        what,
-        commands: vec![],
-        per_rail: vec![],
-        total: None,
-        points: vec![],
-        failed: None,
-    };
-    if let Err(e) = ompi_into(&mut run, prefix, quick) {
-        run.failed = Some(format!("{e:#}"));
-    }
-    run
+    PeerRun::measure("Open MPI", metric, spec, what, |run| ompi_into(run, prefix, quick))
 }
 
 fn ompi_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> {
