@@ -67,7 +67,14 @@ fn stream_with_kill(
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 let stats = ep.rail_stats(peer);
-                (ep.rank(), t0.elapsed(), stats, ep.rail_errors())
+                let took = t0.elapsed();
+                // Neither rank leaves before the other has looked: a rank
+                // that saw its rails up (perhaps between two kills of a
+                // reconnecting rail) and closed its endpoint at once left
+                // the other one waiting for a rail that could no longer
+                // come back (CI, 2026-11-25).
+                ep.barrier().unwrap();
+                (ep.rank(), took, stats, ep.rail_errors())
             },
         );
         for (rank, took, stats, errors) in results {
