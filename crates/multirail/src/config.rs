@@ -105,6 +105,12 @@ pub struct Config {
     /// Bytes of each ring (one per direction) of a `shm` rail
     /// (MULTIRAIL_SHM_RING): a power of two from 64 KiB to 1 GiB.
     pub shm_ring: usize,
+    /// Most bytes per `fi_send` of an `ofi:` rail, 1 byte to 64 KiB
+    /// (MULTIRAIL_OFI_SEND); `None`: a whole 64 KiB buffer. 16 KiB, rxm's
+    /// eager limit, was 1.13-1.15 x faster on the 2 x 2 Gbit testbed and
+    /// 0.80-0.89 x on loopback, and has no flow control in rxm: a slow
+    /// receiver buffers without bound (docs/rails/ofi.md).
+    pub ofi_send: Option<usize>,
     /// Payloads of at least this many bytes cross a `shm` rail by single
     /// copy (`process_vm_readv`) where the kernel allows it; `None`: never
     /// (MULTIRAIL_SHM_CMA: `off`, the default; `on` = 64K; or a size).
@@ -131,6 +137,7 @@ impl Default for Config {
             job_id: 0,
             faults: Vec::new(),
             shm_ring: 4 << 20,
+            ofi_send: None,
             // Off: measured slower than the ring on an idle machine
             // (docs/rails/shm.md, "Single copy").
             shm_cma: None,
@@ -321,11 +328,10 @@ impl Config {
             self.shm_ring = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if let Some(v) = env_size("MULTIRAIL_OFI_SEND")? {
-            // Read by the ofi rail itself when it opens; checked here so a
-            // bad value is an error, not silently the default.
             if v == 0 || v > 64 << 10 {
                 return Err(bad("MULTIRAIL_OFI_SEND", &v.to_string(), "give a size from 1 byte to 64K"));
             }
+            self.ofi_send = Some(v as usize);
         }
         if let Some(v) = env("MULTIRAIL_SHM_CMA") {
             self.shm_cma = parse_cma(&v).map_err(|e| bad("MULTIRAIL_SHM_CMA", &v, e))?;

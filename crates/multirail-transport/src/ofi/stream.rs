@@ -43,32 +43,6 @@ use super::{CHUNK, EAGAIN, OfiError, c_string, check};
 use crate::spec::OfiTarget as Selector;
 use crate::tcp::ByteStream;
 
-/// Bytes per `fi_send` for provider `prov_name` (`tcp;ofi_rxm`), unless
-/// `MULTIRAIL_OFI_SEND` gives a size (1 byte to 64 KiB).
-///
-/// 16 KiB, rxm's eager limit (`FI_OFI_RXM_BUFFER_SIZE`), is faster over
-/// slow links: on the 2 x 2 Gbit testbed (2026-11-25, 3 rounds side by
-/// side, 1 MiB / 4 MiB messages) 16 KiB sends gave 1.13 / 1.15 x the
-/// bandwidth of 64 KiB ones, 32 KiB 0.81 / 0.90 x; on loopback 0.80-0.89 x.
-/// But it is not the default: see [`default_send_size`].
-pub fn send_size(prov_name: &str) -> usize {
-    let set = std::env::var("MULTIRAIL_OFI_SEND").ok().and_then(|v| multirail_proto::units::parse_size(&v).ok());
-    match set {
-        Some(n) if n > 0 => (n as usize).min(CHUNK),
-        _ => default_send_size(prov_name),
-    }
-}
-
-fn default_send_size(prov_name: &str) -> usize {
-    // Not 16 KiB, although faster on the testbed: eager sends have no
-    // flow control in rxm, and a receiver slower than its sender (two
-    // ranks on loopback) buffered them without bound (7 GB in the e2e
-    // test, CI 2026-11-25). 64 KiB sends go by rxm's receiver-driven
-    // protocol, which waits for the reader.
-    let _ = prov_name;
-    CHUNK
-}
-
 /// Send buffers and receive buffers, each of [`CHUNK`] bytes.
 pub const SLOTS: usize = 16;
 /// Completion entries read per `fi_cq_read`.
@@ -146,7 +120,7 @@ pub struct OfiStream {
     send_ctx: ManuallyDrop<Box<[sys::fi_context2]>>,
     send_len: [usize; SLOTS],
     send_done: [bool; SLOTS],
-    /// Bytes per `fi_send` ([`send_size`]).
+    /// Most bytes per `fi_send` (1..=[`CHUNK`]).
     send_max: usize,
     /// Monotonic counts: sends completed <= posted <= filled.
     completed: u64,
@@ -177,7 +151,16 @@ impl OfiStream {
     /// endpoint for `sel`, exchanges addresses, posts the receives, and
     /// waits until the peer has posted its own. Afterwards `side` is only
     /// watched for the peer's end.
-    pub fn over_side_channel(sel: &Selector, mut side: TcpStream, timeout: Duration) -> Result<OfiStream, String> {
+    ///
+    /// `send`: most bytes per `fi_send` (at most [`CHUNK`]; `None`: a whole
+    /// buffer). See `MULTIRAIL_OFI_SEND` in docs/rails/ofi.md for why the
+    /// default is a whole buffer although smaller sends can be faster.
+    pub fn over_side_channel(
+        sel: &Selector,
+        mut side: TcpStream,
+        timeout: Duration,
+        send: Option<usize>,
+    ) -> Result<OfiStream, String> {
         side.set_nonblocking(false).map_err(|e| e.to_string())?;
         side.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
         side.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
@@ -193,7 +176,7 @@ impl OfiStream {
             ));
         }
         let peer = ep.insert_peer(&peer_addr).map_err(|e| format!("the peer's address was refused: {e}"))?;
-        let mut stream = OfiStream::new(ep, peer, side).map_err(|e| e.to_string())?;
+        let mut stream = OfiStream::new(ep, peer, side, send).map_err(|e| e.to_string())?;
         stream.side.write_all(&[READY]).map_err(|e| format!("side channel: {e}"))?;
         let mut ready = [0u8; 1];
         stream.side.read_exact(&mut ready).map_err(|e| format!("waiting for the peer's receives: {e}"))?;
@@ -204,13 +187,13 @@ impl OfiStream {
         Ok(stream)
     }
 
-    fn new(ep: OfiEndpoint, peer: sys::fi_addr_t, side: TcpStream) -> Result<OfiStream, OfiError> {
+    fn new(ep: OfiEndpoint, peer: sys::fi_addr_t, side: TcpStream, send: Option<usize>) -> Result<OfiStream, OfiError> {
         let recv_buf = Region::new(SLOTS * CHUNK);
         let send_buf = Region::new(SLOTS * CHUNK);
         // Declared after the buffers, so that on an early return it is
         // dropped (and its registrations closed) before they are freed.
         let mut ep = ep;
-        let send_max = send_size(&ep.provider());
+        let send_max = send.map_or(CHUNK, |n| n.clamp(1, CHUNK));
         // SAFETY: both regions are heap allocations that never move and
         // are freed only after `ep` (declared first) has been dropped.
         let (recv_desc, send_desc) = unsafe {
@@ -684,11 +667,16 @@ mod tests {
     }
 
     fn pair(sel: &Selector) -> Option<(OfiStream, OfiStream)> {
+        pair_sending(sel, None)
+    }
+
+    /// A connected pair whose sends are at most `send` bytes.
+    fn pair_sending(sel: &Selector, send: Option<usize>) -> Option<(OfiStream, OfiStream)> {
         let (a, b) = pair_streams();
         let t = Duration::from_secs(20);
         let sel2 = sel.clone();
-        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t));
-        let a = OfiStream::over_side_channel(sel, a, t);
+        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t, send));
+        let a = OfiStream::over_side_channel(sel, a, t, send);
         let b = hb.join().unwrap();
         match (a, b) {
             (Ok(a), Ok(b)) => Some((a, b)),
@@ -708,7 +696,11 @@ mod tests {
     /// Frames of every size class (inside one chunk, across chunks, more
     /// than all send slots hold) arrive whole and in order, both ways.
     fn frames_cross_in_order(sel: Selector) {
-        let Some((a, b)) = pair(&sel) else { return };
+        frames_cross_in_order_sending(sel, None);
+    }
+
+    fn frames_cross_in_order_sending(sel: Selector, send: Option<usize>) {
+        let Some((a, b)) = pair_sending(&sel, send) else { return };
         eprintln!("{}", a.describe());
         let (mut a, mut b) = (rail(a), rail(b));
         let sizes = [0usize, 1, 8, 48, CHUNK - 48, CHUNK, CHUNK + 1, 3 << 20, 5, 100_000];
@@ -739,11 +731,10 @@ mod tests {
     }
 
     #[test]
-    fn sends_are_whole_chunks_unless_asked() {
-        assert_eq!(default_send_size("tcp;ofi_rxm"), CHUNK);
-        assert_eq!(default_send_size("verbs;ofi_rxm"), CHUNK);
-        assert_eq!(default_send_size("shm"), CHUNK);
-        assert_eq!(default_send_size("tcp"), CHUNK);
+    fn tcp_frames_cross_in_order_in_16k_sends() {
+        // MULTIRAIL_OFI_SEND=16K: frames cut across many sends, each
+        // smaller than one buffer.
+        frames_cross_in_order_sending(tcp_loopback(), Some(16 << 10));
     }
 
     #[test]
@@ -797,13 +788,13 @@ mod tests {
     fn a_peer_that_is_not_an_ofi_rail_is_refused() {
         let (mut a, b) = pair_streams();
         a.write_all(b"MRSH\x03abc").unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5)).err().expect("refused");
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None).err().expect("refused");
         assert!(e.contains("not an ofi rail"), "{e}");
         let (mut a, b) = pair_streams();
         let mut m = setup_message("tcp;ofi_rxm", &[1]);
         m[4 + 1 + 11..4 + 1 + 11 + 2].copy_from_slice(&60_000u16.to_le_bytes());
         a.write_all(&m).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5)).err().expect("refused");
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None).err().expect("refused");
         assert!(e.contains("address of 60000 bytes"), "{e}");
     }
 }
