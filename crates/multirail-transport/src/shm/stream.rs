@@ -134,10 +134,7 @@ impl ShmStream {
     /// Payloads of at least `min` bytes are lent.
     pub fn pair_cma(ring_capacity: usize, min: usize) -> Result<(ShmStream, ShmStream), ShmError> {
         let (mut a, mut b) = ShmStream::pair(ring_capacity)?;
-        let probe = 0x5a5a_1234_u64;
-        let mut got = [0u8; 8];
-        let me = std::process::id() as i32;
-        if cma::read_from(me, &probe as *const u64 as u64, &mut got).is_ok() && u64::from_le_bytes(got) == probe {
+        if let Some(me) = cma::self_readable() {
             a.cma = Cma { read_from: Some(me), lend: true };
             b.cma = a.cma;
             a.lend_min = min;
