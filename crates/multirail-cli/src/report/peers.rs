@@ -169,6 +169,18 @@ fn listening(ns: &str, port: u16) -> bool {
         .is_ok_and(|o| !o.stdout.is_empty())
 }
 
+/// Starts `argv` with stdin closed and stderr captured; stdout captured
+/// too, or dropped.
+fn spawn(argv: &[String], stdout: bool, what: &str) -> anyhow::Result<Child> {
+    Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(if stdout { Stdio::piped() } else { Stdio::null() })
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))
+}
+
 /// The received rate of an iperf3 `-J` report, MB/s.
 pub fn iperf3_rate(json: &str) -> anyhow::Result<f64> {
     let v: serde_json::Value = serde_json::from_str(json).context("reading iperf3 -J")?;
@@ -199,13 +211,7 @@ fn iperf3_into(run: &mut PeerRun, prefix: &str, secs: u32) -> anyhow::Result<()>
         let argv: Vec<String> =
             ["ip", "netns", "exec", &ns1, "iperf3", "-s", "-1", "-B", a1, "-p", &port].map(String::from).to_vec();
         run.commands.push(show(&argv));
-        let c = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting iperf3 -s")?;
+        let c = spawn(&argv, false, "iperf3 -s")?;
         servers.push(c);
     }
     let result = (|| -> anyhow::Result<()> {
@@ -228,15 +234,7 @@ fn iperf3_into(run: &mut PeerRun, prefix: &str, secs: u32) -> anyhow::Result<()>
                     .map(String::from)
                     .to_vec();
             run.commands.push(show(&argv));
-            clients.push(
-                Command::new(&argv[0])
-                    .args(&argv[1..])
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .context("starting iperf3 -c")?,
-            );
+            clients.push(spawn(&argv, true, "iperf3 -c")?);
         }
         let limit = Duration::from_secs(u64::from(secs) + 20);
         for (r, c) in clients.into_iter().enumerate() {
@@ -333,13 +331,7 @@ fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> 
         client.extend(["-w".into(), (n / 5).max(1).to_string(), "-f".into()]);
         run.commands.push(format!("server: {}", server.join(" ")));
         run.commands.push(format!("client: {}", client.join(" ")));
-        let s = Command::new(&server[0])
-            .args(&server[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting ucx_perftest (server)")?;
+        let s = spawn(&server, false, "ucx_perftest (server)")?;
         let t = Instant::now();
         let port_n = UCX_PORT + k as u16;
         let mut ready = true;
@@ -351,13 +343,7 @@ fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> 
             std::thread::sleep(Duration::from_millis(50));
         }
         let result = if ready {
-            Command::new(&client[0])
-                .args(&client[1..])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("starting ucx_perftest (client)")
+            spawn(&client, true, "ucx_perftest (client)")
                 .and_then(|c| wait(c, Duration::from_secs(90)))
                 .and_then(|out| if latency { ucx_latency(&out) } else { ucx_rate(&out) })
         } else {
@@ -448,13 +434,7 @@ fn ompi_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()>
     argv.extend([":".into(), "-np".into(), "1".into(), "-H".into(), rails[0].1.clone(), p]);
     argv.extend(args.iter().cloned());
     run.commands.push(argv.join(" "));
-    let c = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting mpirun")?;
+    let c = spawn(&argv, true, "mpirun")?;
     let out = wait(c, Duration::from_secs(300)).with_context(|| format!("mpirun {name}"))?;
     run.points = osu_points(&out);
     if run.points.is_empty() {
