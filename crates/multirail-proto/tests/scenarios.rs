@@ -575,3 +575,20 @@ fn a_wildcard_tag_never_matches_a_reserved_tag() {
         assert_eq!((st.tag, &buf[..st.len as usize]), (reserved, &pattern(1, 16)[..]));
     }
 }
+
+#[test]
+fn a_connection_ending_after_the_peers_close_is_not_a_rail_down() {
+    let mut sim = Sim::new(2, &rails4()[..2], cfg("*:adaptive"));
+    send_and_verify(&mut sim, &[1 << 20], true);
+    let now = sim.now;
+    sim.nodes[1].close(now);
+    assert!(sim.run_until(Duration::from_secs(5), |s| !s.nodes[0].peer_alive(1)), "rank 0 heard the CLOSE");
+    sim.kill(0, 1, 1, "connection reset by peer");
+    let st = sim.nodes[0].rail_stats(1, sim.now);
+    assert_eq!(st.iter().map(|r| r.downs).sum::<u64>(), 0, "the close is not a failure: {st:?}");
+    // Before the close, the same reset is one.
+    let mut sim = Sim::new(2, &rails4()[..2], cfg("*:adaptive"));
+    send_and_verify(&mut sim, &[1 << 20], true);
+    sim.kill(0, 1, 1, "connection reset by peer");
+    assert_eq!(sim.nodes[0].rail_stats(1, sim.now)[1].downs, 1);
+}

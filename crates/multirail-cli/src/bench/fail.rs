@@ -237,6 +237,11 @@ impl Injector {
             samples = sampler.join().unwrap_or_default();
             r
         });
+        // The run's counters, read before a rail lost for good comes back:
+        // once its link is up again, the peer (done, maybe gone) answers
+        // the retransmissions with a reset, a loud failure that belongs to
+        // the cleanup, not to the run.
+        let (after, errors) = (ep.rail_stats(peer), ep.rail_errors());
         for (a, e) in self.plans.iter().zip(&events) {
             if e.0.is_some() && e.1.is_none() {
                 // A rail stays down only for the run, not after it.
@@ -261,8 +266,8 @@ impl Injector {
             stall: longest_stall(&samples, first_down),
             outage_rate: outage_rate(&samples, first_down, first_up),
             before,
-            after: ep.rail_stats(peer),
-            errors: ep.rail_errors(),
+            after,
+            errors,
         };
         (r, report)
     }

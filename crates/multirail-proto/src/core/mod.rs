@@ -771,9 +771,11 @@ impl Core {
         let p = self.peers.get_mut(&peer).expect("checked");
         let r = &mut p.rails[rail];
         r.down_reason = Some(reason.to_string());
-        r.stats.downs += 1;
         let closed = p.closed_by_peer || self.closing;
         if !closed {
+            // A connection ending once either side closed is the close,
+            // not a failure: it is not counted.
+            r.stats.downs += 1;
             self.events.push_back(Event::RailDown { peer, rail, reason: reason.to_string() });
         }
         self.conn_down(peer, rail, now);
