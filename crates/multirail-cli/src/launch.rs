@@ -145,47 +145,19 @@ fn pin_on(s: &str, ranks: u32, usable: &[usize]) -> anyhow::Result<Vec<Option<us
                 );
             }
             if let Some(bad) = v.iter().find(|c| !usable.contains(c)) {
-                bail!("--pin {s}: CPU {bad} does not exist or is not usable here (usable: {})", cpu_list(usable));
+                bail!(
+                    "--pin {s}: CPU {bad} does not exist or is not usable here (usable: {})",
+                    multirail::cpus::format_list(usable)
+                );
             }
             Ok((0..ranks as usize).map(|r| Some(v[r % v.len()])).collect())
         }
     }
 }
 
-/// The CPUs this process may run on: its affinity mask as the kernel
-/// reports it in /proc/self/status (what sched_getaffinity returns),
-/// else 0..available_parallelism.
+/// The CPUs this process may run on (its affinity mask).
 pub fn usable_cpus() -> Vec<usize> {
-    let from_proc = std::fs::read_to_string("/proc/self/status").ok().and_then(|st| {
-        st.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(|l| parse_cpu_list(l.trim()))
-    });
-    from_proc.unwrap_or_else(|| (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect())
-}
-
-/// `0-3,8,10-11` (the kernel's CPU list format).
-fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
-        out.extend(a..=b);
-    }
-    (!out.is_empty()).then_some(out)
-}
-
-/// The kernel's CPU list format back from a sorted list: `0-3,8`.
-fn cpu_list(cpus: &[usize]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j { cpus[i].to_string() } else { format!("{}-{}", cpus[i], cpus[j]) });
-        i = j + 1;
-    }
-    parts.join(",")
+    multirail::cpus::usable()
 }
 
 /// A command line for one rank: `[ip netns exec NS] [taskset -c CPU] PROGRAM ARGS`.
@@ -317,13 +289,6 @@ mod tests {
         let e = pin_on("0,1,2", 2, &usable).unwrap_err().to_string();
         assert!(e.contains("3 CPUs for 2 ranks"), "{e}");
         assert_eq!(pin_on("auto", 3, &[2, 3]).unwrap(), vec![Some(2), Some(3), Some(2)]);
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
-        assert_eq!(parse_cpu_list(""), None);
-        assert_eq!(cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
     }
 
     #[test]

@@ -648,3 +648,22 @@ fn a_client_with_no_server_fails_within_seconds() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("MULTIRAIL_SETUP_TIMEOUT=abc"));
 }
+
+#[test]
+fn ranks_pinned_to_a_cpu_each_still_spin_while_they_wait() {
+    // Each pinned rank sees one CPU in its affinity mask; what decides
+    // whether waiting threads spin is the host's CPUs against its ranks.
+    // (Before: two ranks pinned on a 2-CPU host slept in epoll for every
+    // message, 2.3 x the latency.)
+    if multirail::cpus::usable().len() < 2 {
+        eprintln!("skipped: fewer than 2 usable CPUs here, so two ranks cannot each have one");
+        return;
+    }
+    let o =
+        run(multirail(&["bench", "latency", "--sizes", "8", "--iterations", "20", "--warmup", "2", "--pin", "0,1"])
+            .env_remove("MULTIRAIL_SPIN_US"));
+    assert!(o.status.success());
+    let t = stdout(&o);
+    let spin = format!("spin: {}us", multirail::DEFAULT_SPIN_US);
+    assert!(t.contains(&spin), "pinned ranks keep the default spin ({spin}): {t}");
+}

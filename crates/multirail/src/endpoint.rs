@@ -211,8 +211,10 @@ impl Endpoint {
 
     /// An endpoint for `job` (from [`JobInfo::from_env`]) with settings `cfg`.
     pub fn from_job(mut cfg: Config, job: &JobInfo) -> Result<Endpoint, Error> {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if cfg.spin_auto && job.local_size.is_some_and(|l| l as usize > cpus) && !cfg.spin.is_zero() {
+        // The host's CPUs, not this rank's affinity: a launcher that pins
+        // each rank to its own core leaves each one CPU to spin on.
+        let cpus = crate::cpus::host();
+        if cfg.spin_auto && !crate::cpus::may_spin(job.local_size, cpus) && !cfg.spin.is_zero() {
             tracing::info!(
                 "{} ranks on this host, {cpus} CPUs: waiting threads sleep at once (MULTIRAIL_SPIN_US overrides)",
                 job.local_size.unwrap_or(0)

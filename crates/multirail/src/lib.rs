@@ -32,6 +32,7 @@
 mod bootstrap;
 mod config;
 mod connections;
+pub mod cpus;
 mod endpoint;
 mod engine;
 mod error;

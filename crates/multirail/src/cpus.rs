@@ -1,0 +1,127 @@
+//! How many CPUs a rank has, and how many the host has.
+//!
+//! A waiting thread spins only when the ranks on a host do not outnumber
+//! its CPUs. The host's count is not the rank's affinity: a launcher that
+//! pins each rank to its own core (`multirail --pin`, `mpirun`'s default
+//! binding) leaves every rank one CPU, and the ranks still have a core
+//! each to spin on.
+
+/// The CPUs this process may run on: its affinity mask as the kernel
+/// reports it in /proc/self/status (what sched_getaffinity returns),
+/// else `0..available_parallelism`.
+pub fn usable() -> Vec<usize> {
+    let from_proc = std::fs::read_to_string("/proc/self/status").ok().and_then(|st| {
+        st.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(|l| parse_list(l.trim()))
+    });
+    from_proc.unwrap_or_else(|| (0..available()).collect())
+}
+
+/// The CPUs of the host the job may use: the online CPUs, at most the
+/// cgroup's CPU quota (a container limited to 2 CPUs has 2, however many
+/// the machine has). Not this process's affinity. Falls back to
+/// [`std::thread::available_parallelism`] where /sys cannot be read.
+pub fn host() -> usize {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| parse_list(s.trim()))
+        .map(|v| v.len());
+    let quota = cgroup_quota();
+    match (online, quota) {
+        (Some(n), Some(q)) => n.min(q).max(1),
+        (Some(n), None) => n,
+        (None, _) => available(),
+    }
+}
+
+fn available() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The cgroup v2 CPU quota of this process, in whole CPUs (rounded up);
+/// `None` when there is none or it cannot be read.
+fn cgroup_quota() -> Option<usize> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cg.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+    let file = format!("/sys/fs/cgroup{}/cpu.max", path.trim_end_matches('/'));
+    quota_of(&std::fs::read_to_string(file).ok()?)
+}
+
+/// `cpu.max` contents (`QUOTA PERIOD` or `max PERIOD`) in whole CPUs.
+fn quota_of(s: &str) -> Option<usize> {
+    let mut it = s.split_whitespace();
+    let (q, p) = (it.next()?, it.next()?);
+    let (q, p): (u64, u64) = (q.parse().ok()?, p.parse().ok()?);
+    (p > 0).then(|| q.div_ceil(p).max(1) as usize)
+}
+
+/// `0-3,8,10-11` (the kernel's CPU list format).
+pub fn parse_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+        out.extend(a..=b);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The kernel's CPU list format back from a sorted list: `0-3,8`.
+pub fn format_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j { cpus[i].to_string() } else { format!("{}-{}", cpus[i], cpus[j]) });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// Whether threads waiting in `local_ranks` ranks on a host of
+/// `host_cpus` CPUs may spin: not when the ranks outnumber the CPUs
+/// (a spinning rank would take the CPU from the one it waits for).
+pub(crate) fn may_spin(local_ranks: Option<u32>, host_cpus: usize) -> bool {
+    local_ranks.is_none_or(|l| l as usize <= host_cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_both_ways() {
+        assert_eq!(parse_list("0-3,8,10-11"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(parse_list(""), None);
+        assert_eq!(parse_list("x"), None);
+        assert_eq!(format_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+    }
+
+    #[test]
+    fn cgroup_quotas_in_whole_cpus() {
+        assert_eq!(quota_of("max 100000\n"), None);
+        assert_eq!(quota_of("200000 100000\n"), Some(2));
+        assert_eq!(quota_of("150000 100000"), Some(2));
+        assert_eq!(quota_of("5000 100000"), Some(1));
+        assert_eq!(quota_of("100000 0"), None);
+    }
+
+    #[test]
+    fn the_host_counts_at_least_the_cpus_this_process_may_use() {
+        // The affinity mask is a subset of the online CPUs; a quota may
+        // lower the count, but never below what the process can use at
+        // once unless the quota says so.
+        let q = cgroup_quota();
+        let usable = usable().len();
+        assert!(host() >= usable.min(q.unwrap_or(usize::MAX)), "host {} usable {usable} quota {q:?}", host());
+    }
+
+    #[test]
+    fn ranks_spin_unless_they_outnumber_the_host_cpus() {
+        assert!(may_spin(None, 1));
+        assert!(may_spin(Some(2), 2), "two ranks pinned to a core each on two CPUs spin");
+        assert!(!may_spin(Some(3), 2));
+    }
+}
