@@ -2,9 +2,12 @@
 //! lines of the figures. Built: iperf3, one TCP stream per rail, all rails
 //! at once, inside the namespaces of the testbed the report brought up
 //! (server in host1, client in host0, each bound to its rail's address).
-//! UCX: `ucx_perftest -t tag_bw` (UCX_TLS=tcp over all the testbed's
-//! rails) per message size, server in host1, client in host0. Not built:
-//! Open MPI (`bench/compare.sh` runs it).
+//! UCX: `ucx_perftest -t tag_bw` and `-t tag_lat` (UCX_TLS=tcp over all the
+//! testbed's rails) per message size, server in host1, client in host0.
+//! Open MPI: `bench/mpi/mr_bw` and `mr_pingpong` under mpirun across the
+//! two hosts, ob1 with the tcp BTL over all the rails. Not here (still in
+//! `bench/compare.sh`): bibw of the peers, Open MPI's rail options
+//! (`btl_tcp_links`, bandwidth hints), UCX on one rail.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
