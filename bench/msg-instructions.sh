@@ -50,7 +50,7 @@ for b in "${bins[@]}"; do
     for f in "$out"/cg.*; do
         ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null)
         # Ranks are the processes that ran the kernel (the launcher did not).
-        grep -q 'kernels::run_size' <<<"$ann" || continue
+        grep -q 'Endpoint::isend_raw \[' <<<"$ann" || continue
         python3 - "$b" "$rank" "$iters" <<PY
 import re, sys
 b, rank, iters = sys.argv[1], sys.argv[2], int(sys.argv[3])

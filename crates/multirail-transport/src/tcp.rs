@@ -389,22 +389,25 @@ impl<S: ByteStream> Rail for StreamRail<S> {
         self.release_lent();
         let mut res = Flushed::default();
         while !self.out.is_empty() {
-            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
+            // On the stack: a flush per small message must not allocate.
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            let mut used = 0;
             let mut skip = self.out_pos;
             for f in self.out.iter() {
-                if iov.len() + 2 > MAX_IOV {
+                if used + 2 > MAX_IOV {
                     break;
                 }
                 for part in [&f.header[..], &f.payload[..]] {
                     if skip >= part.len() {
                         skip -= part.len();
                     } else {
-                        iov.push(IoSlice::new(&part[skip..]));
+                        iov[used] = IoSlice::new(&part[skip..]);
+                        used += 1;
                         skip = 0;
                     }
                 }
             }
-            let n = match self.stream.write_vectored(&iov) {
+            let n = match self.stream.write_vectored(&iov[..used]) {
                 Ok(0) => return Err(RailError::Closed),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

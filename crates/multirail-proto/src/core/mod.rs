@@ -40,7 +40,7 @@ mod recvbuf;
 mod send;
 mod seqmap;
 
-pub(crate) use seqmap::SeqMap;
+pub(crate) use seqmap::{SeqMap, SeqSet};
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -375,7 +375,7 @@ pub(crate) struct Peer {
     /// Started messages not yet fully acknowledged.
     pub out: SeqMap<OutMsg>,
     /// Messages whose plan still has unassigned bytes.
-    pub sending: BTreeSet<u64>,
+    pub sending: SeqSet,
     /// Scratch for `schedule` (kept to avoid an allocation per call).
     pub views_buf: Vec<crate::sched::RailView>,
     /// Fragments to re-send after a rail failure: (seq, offset).
@@ -676,7 +676,7 @@ impl Core {
                 next_seq: 0,
                 waiting: VecDeque::new(),
                 out: SeqMap::new(),
-                sending: BTreeSet::new(),
+                sending: SeqSet::default(),
                 views_buf: Vec::new(),
                 retx: VecDeque::new(),
                 credit_grant: None,

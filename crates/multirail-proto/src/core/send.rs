@@ -218,9 +218,9 @@ impl Core {
         }
 
         // 3. New chunks, message by message in order.
-        let mut cursor = p.sending.first().copied();
+        let mut cursor = p.sending.first();
         while let Some(seq) = cursor {
-            cursor = p.sending.range(seq + 1..).next().copied();
+            cursor = p.sending.next_after(seq);
             let m = p.out.get_mut(&seq).expect("sending messages are in out");
             let sched = &mut p.scheds[m.tier];
             let plan = m.plan.as_mut().expect("sending messages have a plan");
@@ -289,7 +289,7 @@ impl Core {
                 // more to keep. (Otherwise the ACK that completes it
                 // releases it.)
                 if m.unacked == 0 {
-                    p.out.remove(&seq);
+                    p.out.discard(&seq);
                 }
             }
         }
@@ -301,7 +301,7 @@ impl Core {
         let done: Vec<u64> =
             p.out.iter().filter(|(_, m)| m.completed && m.unacked == 0 && m.plan_done()).map(|(s, _)| s).collect();
         for s in done {
-            p.out.remove(&s);
+            p.out.discard(&s);
         }
     }
 
@@ -328,7 +328,7 @@ impl Core {
         if hdr.flags.contains(Flags::DISCARD) {
             // The receiver's buffer is too small: MPI completes the send.
             let req = m.req;
-            p.out.remove(&hdr.seq);
+            p.out.discard(&hdr.seq);
             self.events.push_back(Event::SendDone { req, result: Ok(()) });
             return Ok(());
         }
@@ -415,10 +415,9 @@ impl Core {
         let mut touched = [false; 8];
         let mut touched_more = false;
         while let Some(seq) = p.out.first_in(from, prefix) {
-            let mut m = p.out.remove(&seq).expect("from range");
-            if let OutState::Rts { rail } = m.state {
-                p.settle(rail, m.rts_at, Owed::Cts(seq));
-            }
+            // Settled where it is, then dropped in place (no copy out).
+            let m = p.out.get_mut(&seq).expect("from range");
+            let (state, rts_at, req, completed) = (m.state, m.rts_at, m.req, m.completed);
             for f in m.frags.values_mut().filter(|f| f.state != FragState::Acked) {
                 match touched.get_mut(f.rail) {
                     Some(t) => *t = true,
@@ -426,9 +425,13 @@ impl Core {
                 }
                 ack_frag(&mut p.rails, f, now);
             }
+            p.out.discard(&seq);
+            if let OutState::Rts { rail } = state {
+                p.settle(rail, rts_at, Owed::Cts(seq));
+            }
             p.sending.remove(&seq);
-            if !m.completed {
-                self.events.push_back(Event::SendDone { req: m.req, result: Ok(()) });
+            if !completed {
+                self.events.push_back(Event::SendDone { req, result: Ok(()) });
             }
         }
         if !p.retx.is_empty() {

@@ -66,29 +66,51 @@ impl<V> SeqMap<V> {
         while self.slots.len() <= i {
             self.slots.push_back(None);
         }
-        let old = self.slots[i].replace(v);
-        if old.is_none() {
-            self.len += 1;
+        let slot = &mut self.slots[i];
+        if slot.is_some() {
+            return slot.replace(v);
         }
-        old
+        // Written in place: values are large, and every move is a copy.
+        *slot = Some(v);
+        self.len += 1;
+        None
     }
 
+    #[cfg(test)]
     pub fn remove(&mut self, k: &u64) -> Option<V> {
         let i = self.index(*k)?;
         let v = self.slots[i].take()?;
         self.len -= 1;
-        // Keep the first and last slots occupied (empty: no slots).
-        while matches!(self.slots.front(), Some(None)) {
-            self.slots.pop_front();
-            self.base += 1;
-        }
-        while matches!(self.slots.back(), Some(None)) {
-            self.slots.pop_back();
-        }
+        self.trim();
         Some(v)
     }
 
-    /// The lowest present key in `[from, to)`.
+    /// Drops the value at `k` where it is, without moving it out (values
+    /// are large); returns whether there was one.
+    pub fn discard(&mut self, k: &u64) -> bool {
+        let Some(i) = self.index(*k) else { return false };
+        if self.slots[i].is_none() {
+            return false;
+        }
+        self.slots[i] = None;
+        self.len -= 1;
+        self.trim();
+        true
+    }
+
+    /// Keeps the first and last slots occupied (empty: no slots). Empty
+    /// slots are dropped in place: popping them one by one would copy
+    /// each out.
+    fn trim(&mut self) {
+        let front = self.slots.iter().take_while(|s| s.is_none()).count();
+        if front > 0 {
+            self.slots.drain(..front);
+            self.base += front as u64;
+        }
+        let back = self.slots.iter().rev().take_while(|s| s.is_none()).count();
+        self.slots.truncate(self.slots.len() - back);
+    }
+
     pub fn first_in(&self, from: u64, to: u64) -> Option<u64> {
         let start = from.max(self.base);
         (start..to.min(self.base + self.slots.len() as u64)).find(|&k| self.slots[(k - self.base) as usize].is_some())
@@ -121,16 +143,83 @@ impl<V> IntoIterator for SeqMap<V> {
     }
 }
 
+/// A set of sequence numbers kept sorted in a vector: the messages with
+/// chunks left to schedule. It holds a few entries (bounded by the
+/// messages in flight) and changes on every message, so a `BTreeSet`'s
+/// node allocated and freed per message costs more than shifting a few
+/// words; the vector keeps its capacity.
+#[derive(Debug, Clone, Default)]
+pub struct SeqSet {
+    seqs: Vec<u64>,
+}
+
+impl SeqSet {
+    pub fn insert(&mut self, k: u64) -> bool {
+        // Usually the largest (messages start in order).
+        if self.seqs.last().is_none_or(|&l| l < k) {
+            self.seqs.push(k);
+            return true;
+        }
+        match self.seqs.binary_search(&k) {
+            Ok(_) => false,
+            Err(i) => {
+                self.seqs.insert(i, k);
+                true
+            }
+        }
+    }
+
+    pub fn remove(&mut self, k: &u64) -> bool {
+        match self.seqs.binary_search(k) {
+            Ok(i) => {
+                self.seqs.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn first(&self) -> Option<u64> {
+        self.seqs.first().copied()
+    }
+
+    /// The smallest member above `k`.
+    pub fn next_after(&self, k: u64) -> Option<u64> {
+        let i = self.seqs.partition_point(|&s| s <= k);
+        self.seqs.get(i).copied()
+    }
+
+    pub fn clear(&mut self) {
+        self.seqs.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
     proptest::proptest! {
+        #[test]
+        fn seqset_matches_a_btreeset(ops in proptest::collection::vec((0u8..3, 0u64..40), 0..200)) {
+            let mut m = SeqSet::default();
+            let mut b = std::collections::BTreeSet::new();
+            for (op, x) in ops {
+                match op {
+                    0 => proptest::prop_assert_eq!(m.insert(x), b.insert(x)),
+                    1 => proptest::prop_assert_eq!(m.remove(&x), b.remove(&x)),
+                    _ => proptest::prop_assert_eq!(m.next_after(x), b.range(x + 1..).next().copied()),
+                }
+                proptest::prop_assert_eq!(m.first(), b.first().copied());
+            }
+            m.clear();
+            proptest::prop_assert_eq!(m.first(), None);
+        }
+
         /// Behaves as a BTreeMap under inserts (mostly ascending, as
         /// sequence numbers are), removals anywhere and range lookups.
         #[test]
-        fn matches_a_btreemap(ops in proptest::collection::vec((0u8..4, 0u64..48), 0..200)) {
+        fn matches_a_btreemap(ops in proptest::collection::vec((0u8..5, 0u64..48), 0..200)) {
             let mut m = SeqMap::new();
             let mut b = BTreeMap::new();
             let mut next = 0u64;
@@ -143,6 +232,7 @@ mod tests {
                         proptest::prop_assert_eq!(m.insert(k, k * 10), b.insert(k, k * 10));
                     }
                     2 => proptest::prop_assert_eq!(m.remove(&x), b.remove(&x)),
+                    3 => proptest::prop_assert_eq!(m.discard(&x), b.remove(&x).is_some()),
                     _ => {
                         let want = b.range(x..x + 5).next().map(|(k, _)| *k);
                         proptest::prop_assert_eq!(m.first_in(x, x + 5), want);
