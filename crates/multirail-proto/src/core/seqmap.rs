@@ -111,6 +111,7 @@ impl<V> SeqMap<V> {
         self.slots.truncate(self.slots.len() - back);
     }
 
+    /// The lowest present key in `[from, to)`.
     pub fn first_in(&self, from: u64, to: u64) -> Option<u64> {
         let start = from.max(self.base);
         (start..to.min(self.base + self.slots.len() as u64)).find(|&k| self.slots[(k - self.base) as usize].is_some())
