@@ -126,7 +126,7 @@ pub fn report_to_launcher(message: &str) -> bool {
 /// may not name more CPUs than there are ranks (the rest would be
 /// ignored).
 pub fn parse_pin(s: &str, ranks: u32) -> anyhow::Result<Vec<Option<usize>>> {
-    pin_on(s, ranks, &usable_cpus())
+    pin_on(s, ranks, &multirail::cpus::usable())
 }
 
 fn pin_on(s: &str, ranks: u32, usable: &[usize]) -> anyhow::Result<Vec<Option<usize>>> {
@@ -153,11 +153,6 @@ fn pin_on(s: &str, ranks: u32, usable: &[usize]) -> anyhow::Result<Vec<Option<us
             Ok((0..ranks as usize).map(|r| Some(v[r % v.len()])).collect())
         }
     }
-}
-
-/// The CPUs this process may run on (its affinity mask).
-pub fn usable_cpus() -> Vec<usize> {
-    multirail::cpus::usable()
 }
 
 /// A command line for one rank: `[ip netns exec NS] [taskset -c CPU] PROGRAM ARGS`.
@@ -277,7 +272,7 @@ mod tests {
         assert_eq!(parse_pin("none", 2).unwrap(), vec![None, None]);
         assert_eq!(pin_on("3,5", 3, &[0, 3, 5]).unwrap(), vec![Some(3), Some(5), Some(3)]);
         assert!(parse_pin("a", 1).is_err());
-        assert_eq!(parse_pin("auto", 1).unwrap(), vec![Some(usable_cpus()[0])]);
+        assert_eq!(parse_pin("auto", 1).unwrap(), vec![Some(multirail::cpus::usable()[0])]);
     }
 
     #[test]

@@ -655,7 +655,9 @@ fn ranks_pinned_to_a_cpu_each_still_spin_while_they_wait() {
     // whether waiting threads spin is the host's CPUs against its ranks.
     // (Before: two ranks pinned on a 2-CPU host slept in epoll for every
     // message, 2.3 x the latency.)
-    if multirail::cpus::usable().len() < 2 {
+    // Two CPUs to pin to, and a host (online CPUs, cgroup quota) that has
+    // them: with a quota of one CPU, not spinning is right.
+    if multirail::cpus::usable().len() < 2 || multirail::cpus::host() < 2 {
         eprintln!("skipped: fewer than 2 usable CPUs here, so two ranks cannot each have one");
         return;
     }
