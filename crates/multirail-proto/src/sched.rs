@@ -44,7 +44,8 @@ pub struct RailView {
     pub rate: f64,
     /// Bandwidth the rail advertises or was configured with (bytes/s), 0 = unknown.
     pub bandwidth: u64,
-    /// Estimated one-way latency.
+    /// Estimated one-way latency: half the smallest round trip beyond the
+    /// time the bytes took to drain (not a fragment's own transmission).
     pub latency: Duration,
     /// When `rate` was last refreshed by a measurement.
     pub last_sample: Option<Time>,

@@ -40,7 +40,6 @@ pub(crate) struct RateEstimator {
     pub first_sent_time: Time,
     samples: VecDeque<(Time, f64)>,
     pub last_sample: Option<Time>,
-    min_rtt: Option<Duration>,
     /// `rate()` as of the last sample: the largest recent sample and when
     /// it leaves the window (the hot path asks far more often than samples
     /// arrive).
@@ -76,7 +75,6 @@ impl RateEstimator {
             first_sent_time: Time::ZERO,
             samples: VecDeque::new(),
             last_sample: None,
-            min_rtt: None,
             best: 0.0,
             best_until: Time::ZERO,
         }
@@ -103,8 +101,6 @@ impl RateEstimator {
         self.delivered += len;
         self.delivered_time = now;
         self.first_sent_time = self.first_sent_time.max(stamp.sent_time);
-        let rtt = now.since(stamp.sent_time);
-        self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         let send_elapsed = stamp.sent_time.since(stamp.first_sent_time);
         let ack_elapsed = now.since(stamp.delivered_time);
         let interval = send_elapsed.max(ack_elapsed);
@@ -153,11 +149,6 @@ impl RateEstimator {
             self.samples.back().map_or(0.0, |s| s.1)
         }
     }
-
-    /// Half the smallest round trip seen.
-    pub fn latency(&self) -> Option<Duration> {
-        self.min_rtt.map(|r| r / 2)
-    }
 }
 
 /// Counters per rail, for `--rail-stats` and tests.
@@ -199,10 +190,17 @@ pub struct RailStats {
 pub(crate) struct Rtt {
     pub srtt: Option<Duration>,
     pub rttvar: Duration,
+    /// The smallest sample: the path's own round trip, without the time
+    /// the bytes took to drain (a raw round trip of a 256 KiB fragment is
+    /// mostly its own transmission time, and taking half of it as the
+    /// rail's latency skewed the adaptive split towards the rail that
+    /// happened to see smaller fragments).
+    pub min: Option<Duration>,
 }
 
 impl Rtt {
     pub fn sample(&mut self, r: Duration) {
+        self.min = Some(self.min.map_or(r, |m| m.min(r)));
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -419,7 +417,7 @@ impl RailState {
             window: self.window(w.min, w.max, w.time, now),
             rate,
             bandwidth: self.caps.bandwidth,
-            latency: self.est.latency().unwrap_or(self.caps.latency),
+            latency: self.rtt.min.map_or(self.caps.latency, |r| r / 2),
             last_sample: self.est.last_sample,
             last_used: self.last_used,
         }
@@ -488,7 +486,6 @@ mod tests {
         let r = e.rate(now);
         let want = 65536.0 / step.as_secs_f64();
         assert!((r - want).abs() / want < 0.05, "rate {r} want {want}");
-        assert_eq!(e.latency(), Some(Duration::from_millis(1)));
     }
 
     #[test]
