@@ -40,7 +40,8 @@ pub struct RailView {
     pub inflight: u64,
     /// Most bytes this rail may have in flight.
     pub window: u64,
-    /// Measured throughput in bytes/s; 0 = not measured yet.
+    /// Measured throughput in bytes/s, from samples of the last 250 ms;
+    /// 0 = none that recent.
     pub rate: f64,
     /// Bandwidth the rail advertises or was configured with (bytes/s), 0 = unknown.
     pub bandwidth: u64,
@@ -174,6 +175,19 @@ impl SchedulerFactory for BuiltinSchedulers {
             PolicyKind::Weighted => Box::new(Partitioned { weighted: true }),
             PolicyKind::Adaptive => Box::new(Adaptive),
             PolicyKind::Spread => Box::new(Spread),
+        }
+    }
+}
+
+/// Gives up rails without a measured rate the largest measured one, when
+/// some have one: a rail that has not yet carried a backlog is not
+/// assumed slower (nor, against [`DEFAULT_RATE`], much faster) than the
+/// measured ones. Its first backlog corrects it.
+pub fn assume_unmeasured_as_fast(rails: &mut [RailView]) {
+    let best = rails.iter().filter(|r| r.up).map(|r| r.rate).fold(0.0, f64::max);
+    if best > 0.0 {
+        for r in rails.iter_mut().filter(|r| r.up && r.rate <= 0.0) {
+            r.rate = best;
         }
     }
 }
@@ -465,7 +479,8 @@ impl Scheduler for Adaptive {
             let t = Self::fill_level(rails, remaining);
             let r = &rails[best];
             let share = r.planning_rate() * (t - r.latency.as_secs_f64()) - r.inflight as f64;
-            let share = (share.max(0.0).ceil() as u64).max(MIN_TAIL_CHUNK);
+            // Whole cache lines, so an even split of an even size is exact.
+            let share = (((share.max(0.0) / 64.0).round() as u64) * 64).max(MIN_TAIL_CHUNK);
             len = len.min(share);
         }
         Some(plan.take_seq(best, len))
@@ -720,6 +735,26 @@ mod tests {
         let t1 = rails[1].inflight as f64 / 3.75e8;
         assert!((t0 - t1).abs() < 0.0005, "finish times {t0} vs {t1}");
         assert_tiles(&chunks, 4 << 20);
+    }
+
+    #[test]
+    fn unmeasured_rails_are_assumed_as_fast_as_the_fastest_measured() {
+        let mut rails = vec![rail(2e8), rail(0.0), rail(3e8), rail(0.0)];
+        rails[3].up = false;
+        assume_unmeasured_as_fast(&mut rails);
+        let rates: Vec<f64> = rails.iter().map(|r| r.rate).collect();
+        assert_eq!(rates, vec![2e8, 3e8, 3e8, 0.0], "the down rail is left alone");
+        // With nothing measured, nothing changes (equal default rates).
+        let mut rails = vec![rail(0.0), rail(0.0)];
+        assume_unmeasured_as_fast(&mut rails);
+        assert!(rails.iter().all(|r| r.rate == 0.0));
+        // Without the rule an unmeasured rail counts as 1 GB/s against a
+        // measured 200 MB/s and takes nearly all of a lone message.
+        let mut rails = vec![rail(2e8), rail(0.0)];
+        assume_unmeasured_as_fast(&mut rails);
+        let chunks = drain(PolicyKind::Adaptive, 256 << 10, 256 << 10, &mut rails);
+        let r1: u64 = chunks.iter().filter(|c| c.rail == 1).map(|c| c.len).sum();
+        assert_eq!(r1, 128 << 10, "an even split");
     }
 
     #[test]

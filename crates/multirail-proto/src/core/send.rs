@@ -144,6 +144,7 @@ impl Core {
         let mut views = std::mem::take(&mut p.views_buf);
         views.clear();
         views.extend(p.rails.iter().map(|r| r.view(&window, now)));
+        crate::sched::assume_unmeasured_as_fast(&mut views);
 
         // 0. RTSs whose rail failed go again, in order.
         if let Some(rail) = least_loaded(&views) {
@@ -581,5 +582,12 @@ mod tests {
         let view = rails[0].view(&w, t0 + wire + Duration::from_micros(100));
         assert_eq!(view.inflight, 0);
         assert!(view.latency <= Duration::from_micros(50), "latency {:?} counts the transmission", view.latency);
+        assert!(view.rate > 0.0, "a fresh sample is planned with");
+        // Long after, with nothing measured since, the scheduler plans
+        // without it (lone messages then split evenly, or by `@RATE` hints)
+        // while the rail's timeouts still drain at the last rate.
+        let later = t0 + Duration::from_secs(11);
+        assert_eq!(rails[0].view(&w, later).rate, 0.0);
+        assert!(rails[0].drain_rate(later) > 9e7);
     }
 }
