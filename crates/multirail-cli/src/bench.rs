@@ -394,9 +394,10 @@ pub(crate) fn launch_local(
             extra: vec![],
             error_file: Some(errors.path(rank)),
         };
-        // Ranks sharing this host.
-        let local = placement.as_ref().map_or(np, |p| p.hosts[rank as usize].local_size);
-        env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
+        // Ranks sharing this machine's CPUs, which decides whether waits
+        // spin: every rank, the testbed's hosts included (they are
+        // namespaces of this machine).
+        env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), np.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         if let Some(p) = &placement {
             let host_rails = testbed_rails_of(args, &p.hosts[rank as usize]);

@@ -46,8 +46,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             extra: vec![],
             error_file: Some(errors.path(rank)),
         };
-        let local = placement.as_ref().map_or(args.np, |p| p.hosts[rank as usize].local_size);
-        env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), local.to_string()));
+        // Every rank shares this machine's CPUs, the testbed's hosts too.
+        env.extra.push(("MULTIRAIL_LOCAL_SIZE".into(), args.np.to_string()));
         let netns = placement.as_ref().map(|p| p.hosts[rank as usize].netns.clone());
         match (&args.rails, &placement) {
             (Some(r), _) => env.extra.push(("MULTIRAIL_RAILS".into(), r.clone())),

@@ -73,8 +73,6 @@ pub struct HostPlacement {
     pub netns: String,
     /// `MULTIRAIL_RAILS` for this host: `tcp:10.77.0.1,tcp:10.77.1.1`.
     pub rails: String,
-    /// Ranks of the job on this host (`MULTIRAIL_LOCAL_SIZE`).
-    pub local_size: u32,
 }
 
 /// Each rank's host (by [`Layout`]), its namespace and rails, and the root
@@ -117,8 +115,7 @@ pub fn placement(enabled: bool, prefix: &str, ranks: u32, layout: Layout) -> any
         let h = layout.host_of(rank, ranks);
         let addrs = st.rail_addrs(h as usize).with_context(|| format!("host{h} lacks an address on some rail"))?;
         let rails = addrs.iter().map(|a| format!("tcp:{a}")).collect::<Vec<_>>().join(",");
-        let local_size = layout.ranks_on(h, ranks).len() as u32;
-        hosts.push(HostPlacement { host: h, netns: p.host_netns(h as usize), rails, local_size });
+        hosts.push(HostPlacement { host: h, netns: p.host_netns(h as usize), rails });
     }
     tracing::info!("testbed '{prefix}': {} ({:?})", layout.describe(ranks), layout.mapping);
     let root_ips: Vec<String> = st

@@ -609,6 +609,10 @@ fn mbw_mr_pairs_are_placed_block_or_cyclic_and_rail_stats_show_it() {
             if intra { ("host0: 0,2  host1: 1,3", "intra") } else { ("host0: 0,1  host1: 2,3", "inter") };
         assert!(out.contains(&format!("# placement: {hosts}  pairs: 0-2 {kind}-node, 1-3 {kind}-node")), "{out}");
         assert!(out.contains("# rails: tcp:10.77.0.1,tcp:10.77.1.1,shm "), "{mapping}: the job has a shm rail: {out}");
+        // The 4 ranks share this machine's CPUs whatever host they emulate:
+        // they spin only if it has 4.
+        let spin = if multirail::cpus::host() >= 4 { "spin: 200us" } else { "spin: 0us" };
+        assert!(out.contains(spin), "{mapping}: {spin} expected with {} CPUs: {out}", multirail::cpus::host());
         // Size, MB/s, Messages/s, Validation, then MB and % per rail.
         let last: Vec<&str> = out.lines().last().unwrap().split_whitespace().collect();
         assert_eq!(last[3], "Pass", "{out}");
