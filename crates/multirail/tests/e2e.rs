@@ -552,10 +552,13 @@ fn a_burst_of_small_isends_leaves_in_few_writes() {
             println!("{progress:?}, MULTIRAIL_COALESCE={coalesce}: {N} isends in {} writes", writes[0]);
             if coalesce > 0 {
                 assert!(writes[0] < N / 2, "{progress:?}: {N} small isends took {} writes", writes[0]);
-            } else {
-                // (An engine thread that holds the connection when an
-                // isend comes writes several at once, rarely.)
-                assert!(writes[0] > N / 2, "{progress:?}, coalescing off: {N} isends took only {} writes", writes[0]);
+            } else if progress == Progress::Polled {
+                // No other thread can hold the connection: each isend
+                // writes. (Under `threaded` an IO thread that holds it when
+                // an isend comes writes several at once; how often depends
+                // on the machine's load, so that count is only printed: a
+                // loaded run once gave fewer than N / 2.)
+                assert!(writes[0] >= N, "coalescing off: {N} isends took only {} writes", writes[0]);
             }
         }
     }
