@@ -468,10 +468,12 @@ fn progress_until_waits_for_a_sent_buffer_to_be_let_go() {
 /// kernel does not return to them when the waiter read the data first, so
 /// without the park this counted about 220 per 2000 round trips, with it
 /// 0-3); only a waiter preempted for longer than the hand-off (1 ms)
-/// between two waits lets them back in.
+/// between two waits lets them back in, which a loaded machine does often:
+/// the count is taken up to 5 times and the fewest must be under the bound.
 #[test]
 fn threaded_io_threads_stay_parked_while_a_waiter_spins() {
     const ROUNDS: u64 = 2000;
+    const ATTEMPTS: u64 = 5;
     let woke = job(
         2,
         |_| builder("tcp:127.0.0.1", Progress::Threaded, "*:adaptive").spin(Duration::from_secs(5)),
@@ -491,11 +493,22 @@ fn threaded_io_threads_stay_parked_while_a_waiter_spins() {
                 }
             };
             ping_pong(100); // connections up
-            let before = ep.io_thread_wakeups();
-            ping_pong(ROUNDS);
-            let woke = ep.io_thread_wakeups() - before;
+            let mut fewest = u64::MAX;
+            for _ in 0..ATTEMPTS {
+                let before = ep.io_thread_wakeups();
+                ping_pong(ROUNDS);
+                fewest = fewest.min(ep.io_thread_wakeups() - before);
+                // Both ranks go on while either saw too many (tag 1 << 40:
+                // apart from the ping-pong's).
+                let mut theirs = [0u8; 8];
+                ep.send(peer, 1 << 40, &fewest.to_le_bytes()).unwrap();
+                ep.recv(Some(peer), Some(1 << 40), &mut theirs).unwrap();
+                if fewest.max(u64::from_le_bytes(theirs)) < ROUNDS / 20 {
+                    break;
+                }
+            }
             ep.barrier().unwrap();
-            woke
+            fewest
         },
     );
     for (rank, w) in woke.iter().enumerate() {
