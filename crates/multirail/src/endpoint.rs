@@ -468,6 +468,15 @@ impl Endpoint {
         self.shared.io_wakeups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many times the polled engine's loop slept until its timeout
+    /// (a timer, at most 10 ms) with nothing becoming ready. A diagnostic:
+    /// a sleeping waiter is woken by what it waits for, not found by a
+    /// timer.
+    #[doc(hidden)]
+    pub fn sleeps_timed_out(&self) -> u64 {
+        self.shared.sleep_timeouts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether this `isend`'s message may stay queued (write coalescing):
     /// it follows another `isend` within `COALESCE_GAP` with no wait since,
     /// fewer than `coalesce` are queued, and the engine will run its loop

@@ -140,6 +140,9 @@ pub struct Shared {
     /// Times an IO thread of the threaded engine returned from epoll
     /// (diagnostics: see `Endpoint::io_thread_wakeups`).
     pub io_wakeups: AtomicU64,
+    /// Times the polled loop slept until its timeout with nothing ready
+    /// (diagnostics: see `Endpoint::sleeps_timed_out`).
+    pub sleep_timeouts: AtomicU64,
     /// `isend`s since the last wait, and when the last one was made
     /// (nanoseconds since `origin`): write coalescing (`Config::coalesce`).
     pub burst: AtomicU64,
@@ -166,6 +169,8 @@ pub struct Serviced {
     pub want_write: bool,
     /// The read budget ran out: service again without waiting.
     pub more: bool,
+    /// Frames arrived: a waiter's condition may hold now.
+    pub received: bool,
     pub deadline: Option<Instant>,
     /// The connection's file descriptor (none: not connected).
     pub fd: Option<std::os::fd::RawFd>,
@@ -200,6 +205,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             conn_epoch: AtomicU64::new(0),
             io_wakeups: AtomicU64::new(0),
+            sleep_timeouts: AtomicU64::new(0),
             burst: AtomicU64::new(0),
             last_isend: AtomicU64::new(0),
             deferred_any: AtomicBool::new(false),
@@ -414,8 +420,8 @@ impl Shared {
         }
         let Some(rail) = conn.as_mut() else { return Serviced::default() };
         let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail };
-        let more = match rail.poll_recv(&mut sink) {
-            Ok(r) => r.more,
+        let (more, received) = match rail.poll_recv(&mut sink) {
+            Ok(r) => (r.more, r.frames > 0),
             Err(e) => {
                 self.fail(i, &mut conn, e);
                 return Serviced::default();
@@ -432,6 +438,7 @@ impl Shared {
         Serviced {
             want_write: rail.queued_bytes() > 0,
             more,
+            received,
             deadline: rail.deadline(),
             fd: rail.poll_fd(),
             spin: rail.spin_poll(),

@@ -517,6 +517,61 @@ fn threaded_io_threads_stay_parked_while_a_waiter_spins() {
     println!("IO thread wake-ups in {ROUNDS} round trips: {woke:?}");
 }
 
+/// A polled waiter that sleeps (the spin off, as on a host with more
+/// ranks than CPUs) is woken by its peer's message, not found by the next
+/// timer. Over shared memory the loop reads the rings right before it
+/// sleeps; a round that read the message the waiter waits for slept on
+/// regardless, and about one message in three waited for the 1 ms
+/// acknowledgement timer (8 B ping-pong: 185 us one-way instead of 20).
+/// Preemption on a loaded machine can make a wait outlast a timer too, so
+/// the count is taken up to 5 times and the fewest must be small.
+#[test]
+fn a_sleeping_polled_waiter_is_woken_by_its_message_not_a_timer() {
+    const ROUNDS: u64 = 300;
+    const ATTEMPTS: u64 = 5;
+    for rails in ["shm", "tcp:127.0.0.1"] {
+        let timed_out = job(
+            2,
+            |_| builder(rails, Progress::Polled, "*:single").spin(Duration::ZERO),
+            |ep| {
+                let peer = 1 - ep.rank();
+                let mut buf = [0u8; 8];
+                let ping_pong = |rounds: u64, buf: &mut [u8; 8]| {
+                    for i in 0..rounds {
+                        if ep.rank() == 0 {
+                            ep.send(peer, i, &i.to_le_bytes()).unwrap();
+                            ep.recv(Some(peer), Some(i), buf).unwrap();
+                        } else {
+                            ep.recv(Some(peer), Some(i), buf).unwrap();
+                            ep.send(peer, i, &buf[..]).unwrap();
+                        }
+                        assert_eq!(u64::from_le_bytes(*buf), i);
+                    }
+                };
+                ping_pong(20, &mut buf); // connections up
+                let mut fewest = u64::MAX;
+                for _ in 0..ATTEMPTS {
+                    let before = ep.sleeps_timed_out();
+                    ping_pong(ROUNDS, &mut buf);
+                    fewest = fewest.min(ep.sleeps_timed_out() - before);
+                    let mut theirs = [0u8; 8];
+                    ep.send(peer, 1 << 40, &fewest.to_le_bytes()).unwrap();
+                    ep.recv(Some(peer), Some(1 << 40), &mut theirs).unwrap();
+                    if fewest.max(u64::from_le_bytes(theirs)) < ROUNDS / 10 {
+                        break;
+                    }
+                }
+                ep.barrier().unwrap();
+                fewest
+            },
+        );
+        println!("{rails}: sleeps ended by a timer in {ROUNDS} round trips: {timed_out:?}");
+        for (rank, t) in timed_out.iter().enumerate() {
+            assert!(*t < ROUNDS / 10, "{rails}: rank {rank} slept until a timer {t} times in {ROUNDS} round trips");
+        }
+    }
+}
+
 /// A burst of small `isend`s leaves in a few vectored writes, not one per
 /// message (write coalescing, `MULTIRAIL_COALESCE`), and every message
 /// arrives in order; with coalescing off each message is a write. Both

@@ -223,9 +223,14 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     for r in 0..shared.rail_count() {
         shared.take_woken(r, &mut todo);
     }
+    // A round that received frames does not sleep: they may be what the
+    // waiter waits for, and only the caller checks that. (Without this, a
+    // waiter that read its message from a shared-memory ring here, in the
+    // round that ends in a sleep, slept on until the next timer: with the
+    // spin off, 8 B shm ping-pong took 185 us instead of 20.)
     for &i in &todo {
         if st.more[i] || shared.slots[i].wake_pending.load(Ordering::Acquire) {
-            service(shared, st, i);
+            busy |= service(shared, st, i);
             busy |= st.more[i];
             st.worked = true;
         }
@@ -235,7 +240,7 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     // (A slot whose connection failed leaves the list as it is serviced.)
     let mut k = 0;
     while let Some(&i) = st.spin.get(k) {
-        service(shared, st, i);
+        busy |= service(shared, st, i);
         busy |= st.more[i];
         if st.spin.get(k) == Some(&i) {
             k += 1;
@@ -295,6 +300,9 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
         }
         return;
     }
+    if !timeout.is_zero() && events.is_empty() {
+        shared.sleep_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
     ready.clear();
     ready.extend(events.iter().map(|e| e.token().0).filter(|&t| t < n));
     for r in 0..shared.rail_count() {
@@ -307,7 +315,8 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
     }
 }
 
-pub(super) fn service(shared: &Shared, st: &mut PollState, i: usize) {
+/// Services slot `i`; true if frames arrived.
+pub(super) fn service(shared: &Shared, st: &mut PollState, i: usize) -> bool {
     let s = shared.service(i);
     if s.more && !st.more[i] {
         st.more_list.push(i);
@@ -329,4 +338,5 @@ pub(super) fn service(shared: &Shared, st: &mut PollState, i: usize) {
         }
     }
     st.regs[i].update(st.poll.registry(), Token(i), &s);
+    s.received
 }
