@@ -40,8 +40,8 @@ pub struct RailView {
     pub inflight: u64,
     /// Most bytes this rail may have in flight.
     pub window: u64,
-    /// Measured throughput in bytes/s, from samples of the last 250 ms;
-    /// 0 = none that recent.
+    /// Measured throughput in bytes/s: the largest sample of the last
+    /// 250 ms, else of the last 10 s; 0 = none that recent.
     pub rate: f64,
     /// Bandwidth the rail advertises or was configured with (bytes/s), 0 = unknown.
     pub bandwidth: u64,

@@ -469,7 +469,8 @@ impl Endpoint {
     }
 
     /// How many times the polled engine's loop slept until its timeout
-    /// (a timer, at most 10 ms) with nothing becoming ready. A diagnostic:
+    /// (the next timer, or the longest sleep) with nothing becoming ready.
+    /// A diagnostic:
     /// a sleeping waiter is woken by what it waits for, not found by a
     /// timer.
     #[doc(hidden)]
