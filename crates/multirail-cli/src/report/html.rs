@@ -313,7 +313,8 @@ fn peer_label(p: &PeerRun) -> String {
 }
 
 /// Each line against the peer measured on its testbed, at the largest size
-/// (latency: the smallest above 0).
+/// both measured (latency: the smallest above 0); against a flat line
+/// (iperf3), at the line's largest size.
 fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
     let latency = fig.metric == Metric::Latency;
     let pick = |pts: &[(u64, f64)]| -> Option<(u64, f64)> {
@@ -322,18 +323,35 @@ fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
     let mut out = String::new();
     for p in peers {
         let Some(total) = p.total else { continue };
-        let peer_at =
-            |s: u64| if p.points.is_empty() { Some(total) } else { p.points.iter().find(|q| q.0 == s).map(|q| q.1) };
+        // (size, the line's value, the peer's value)
+        let at = |l: &Line| -> Option<(u64, f64, f64)> {
+            if p.points.is_empty() {
+                return pick(&l.points).map(|(s, v)| (s, v, total));
+            }
+            let both = p
+                .points
+                .iter()
+                .filter(|q| q.0 > 0 || !latency)
+                .filter_map(|q| l.points.iter().find(|x| x.0 == q.0).map(|x| (q.0, x.1, q.1)));
+            if latency { both.min_by_key(|b| b.0) } else { both.max_by_key(|b| b.0) }
+        };
         let vs: Vec<String> = fig
             .configs
             .iter()
             .zip(lines)
             .filter(|(c, _)| c.testbed.as_ref() == Some(&p.testbed))
             .filter_map(|(_, l)| {
-                let (s, v) = pick(&l.points)?;
-                Some(format!("{} {:.2} x at {}", esc(&l.label), v / peer_at(s)?, format_size(s)))
+                let (s, v, theirs) = at(l)?;
+                Some(format!("{} {:.2} x at {}", esc(&l.label), v / theirs, format_size(s)))
             })
             .collect();
+        if vs.is_empty() {
+            // Nothing measured at a size the peer has: say so, not "against it: .".
+            let what = pick(&p.points)
+                .map_or(show(fig.metric, total), |(s, v)| format!("{} at {}", show(fig.metric, v), format_size(s)));
+            let _ = write!(out, "<br>\n{} {what}; no line of the figure has its sizes.", esc(&peer_label(p)));
+            continue;
+        }
         let what = match pick(&p.points) {
             None => format!("(flat line, no message size): {}", show(fig.metric, total)),
             Some((s, v)) => format!("{} at {}", show(fig.metric, v), format_size(s)),
@@ -726,6 +744,30 @@ mod tests {
             r,
             "<br>\niperf3, 2 stream(s) on 2 x 2gbit (flat line, no message size): 500 MB/s; against it: pair 0.90 x at 1M."
         );
+    }
+
+    #[test]
+    fn a_latency_peer_is_read_at_the_smallest_size_both_measured() {
+        // ucx_perftest's latency is measured at 8 B; the lines start at 1 B
+        // (the fdr-edr report said "against it: ." before).
+        let fig = Figure { title: "lat".into(), metric: Metric::Latency, configs: vec![config("pair", 2, "1gbit")] };
+        let lines = [line("pair", &[(1, 15.9), (8, 15.8), (1 << 20, 4961.0)])];
+        let mut peer = PeerRun {
+            tool: "ucx_perftest".into(),
+            metric: Metric::Latency,
+            testbed: TestbedSpec { rails: 2, rate: "1gbit".into(), bus: None },
+            what: String::new(),
+            commands: vec![],
+            per_rail: vec![],
+            total: Some(14.35),
+            points: vec![(8, 14.35)],
+            failed: None,
+        };
+        let r = peer_reading(&fig, &lines, &[&peer]);
+        assert!(r.ends_with("14.35 µs at 8 B; against it: pair 1.10 x at 8 B."), "{r}");
+        peer.points = vec![(3, 14.0)];
+        let r = peer_reading(&fig, &lines, &[&peer]);
+        assert!(r.ends_with("no line of the figure has its sizes."), "{r}");
     }
 
     #[test]
