@@ -459,6 +459,41 @@ fn progress_until_waits_for_a_sent_buffer_to_be_let_go() {
     }
 }
 
+/// `rounds` round trips of 8 B between ranks 0 and 1, each checked.
+fn ping_pong_8b(ep: &Endpoint, rounds: u64) {
+    let peer = 1 - ep.rank();
+    let mut buf = [0u8; 8];
+    for i in 0..rounds {
+        if ep.rank() == 0 {
+            ep.send(peer, i, &i.to_le_bytes()).unwrap();
+            ep.recv(Some(peer), Some(i), &mut buf).unwrap();
+        } else {
+            ep.recv(Some(peer), Some(i), &mut buf).unwrap();
+            ep.send(peer, i, &buf).unwrap();
+        }
+        assert_eq!(u64::from_le_bytes(buf), i);
+    }
+}
+
+/// A count that load can only raise, taken on both ranks of a pair up to
+/// `attempts` times until both saw fewer than `bound`: this rank's fewest.
+/// (The ranks agree on going on with a message of tag 1 << 40, apart from
+/// any test traffic.)
+fn fewest_of_attempts(ep: &Endpoint, attempts: u64, bound: u64, mut count: impl FnMut() -> u64) -> u64 {
+    let peer = 1 - ep.rank();
+    let mut fewest = u64::MAX;
+    for _ in 0..attempts {
+        fewest = fewest.min(count());
+        let mut theirs = [0u8; 8];
+        ep.send(peer, 1 << 40, &fewest.to_le_bytes()).unwrap();
+        ep.recv(Some(peer), Some(1 << 40), &mut theirs).unwrap();
+        if fewest.max(u64::from_le_bytes(theirs)) < bound {
+            break;
+        }
+    }
+    fewest
+}
+
 /// While a thread waits and spins, the threaded engine's IO threads keep
 /// out of epoll: it reads and writes the rails itself, so a ping-pong does
 /// not wake an IO thread per message as well (on two cores, those
@@ -478,35 +513,12 @@ fn threaded_io_threads_stay_parked_while_a_waiter_spins() {
         2,
         |_| builder("tcp:127.0.0.1", Progress::Threaded, "*:adaptive").spin(Duration::from_secs(5)),
         |ep| {
-            let peer = 1 - ep.rank();
-            let mut buf = [0u8; 8];
-            let mut ping_pong = |rounds: u64| {
-                for i in 0..rounds {
-                    if ep.rank() == 0 {
-                        ep.send(peer, i, &i.to_le_bytes()).unwrap();
-                        ep.recv(Some(peer), Some(i), &mut buf).unwrap();
-                    } else {
-                        ep.recv(Some(peer), Some(i), &mut buf).unwrap();
-                        ep.send(peer, i, &buf).unwrap();
-                    }
-                    assert_eq!(u64::from_le_bytes(buf), i);
-                }
-            };
-            ping_pong(100); // connections up
-            let mut fewest = u64::MAX;
-            for _ in 0..ATTEMPTS {
+            ping_pong_8b(&ep, 100); // connections up
+            let fewest = fewest_of_attempts(&ep, ATTEMPTS, ROUNDS / 20, || {
                 let before = ep.io_thread_wakeups();
-                ping_pong(ROUNDS);
-                fewest = fewest.min(ep.io_thread_wakeups() - before);
-                // Both ranks go on while either saw too many (tag 1 << 40:
-                // apart from the ping-pong's).
-                let mut theirs = [0u8; 8];
-                ep.send(peer, 1 << 40, &fewest.to_le_bytes()).unwrap();
-                ep.recv(Some(peer), Some(1 << 40), &mut theirs).unwrap();
-                if fewest.max(u64::from_le_bytes(theirs)) < ROUNDS / 20 {
-                    break;
-                }
-            }
+                ping_pong_8b(&ep, ROUNDS);
+                ep.io_thread_wakeups() - before
+            });
             ep.barrier().unwrap();
             fewest
         },
@@ -534,33 +546,12 @@ fn a_sleeping_polled_waiter_is_woken_by_its_message_not_a_timer() {
             2,
             |_| builder(rails, Progress::Polled, "*:single").spin(Duration::ZERO),
             |ep| {
-                let peer = 1 - ep.rank();
-                let mut buf = [0u8; 8];
-                let ping_pong = |rounds: u64, buf: &mut [u8; 8]| {
-                    for i in 0..rounds {
-                        if ep.rank() == 0 {
-                            ep.send(peer, i, &i.to_le_bytes()).unwrap();
-                            ep.recv(Some(peer), Some(i), buf).unwrap();
-                        } else {
-                            ep.recv(Some(peer), Some(i), buf).unwrap();
-                            ep.send(peer, i, &buf[..]).unwrap();
-                        }
-                        assert_eq!(u64::from_le_bytes(*buf), i);
-                    }
-                };
-                ping_pong(20, &mut buf); // connections up
-                let mut fewest = u64::MAX;
-                for _ in 0..ATTEMPTS {
+                ping_pong_8b(&ep, 20); // connections up
+                let fewest = fewest_of_attempts(&ep, ATTEMPTS, ROUNDS / 10, || {
                     let before = ep.sleeps_timed_out();
-                    ping_pong(ROUNDS, &mut buf);
-                    fewest = fewest.min(ep.sleeps_timed_out() - before);
-                    let mut theirs = [0u8; 8];
-                    ep.send(peer, 1 << 40, &fewest.to_le_bytes()).unwrap();
-                    ep.recv(Some(peer), Some(1 << 40), &mut theirs).unwrap();
-                    if fewest.max(u64::from_le_bytes(theirs)) < ROUNDS / 10 {
-                        break;
-                    }
-                }
+                    ping_pong_8b(&ep, ROUNDS);
+                    ep.sleeps_timed_out() - before
+                });
                 ep.barrier().unwrap();
                 fewest
             },
