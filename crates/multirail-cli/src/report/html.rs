@@ -345,18 +345,17 @@ fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
                 Some(format!("{} {:.2} x at {}", esc(&l.label), v / theirs, format_size(s)))
             })
             .collect();
-        if vs.is_empty() {
-            // Nothing measured at a size the peer has: say so, not "against it: .".
-            let what = pick(&p.points)
-                .map_or(show(fig.metric, total), |(s, v)| format!("{} at {}", show(fig.metric, v), format_size(s)));
-            let _ = write!(out, "<br>\n{} {what}; no line of the figure has its sizes.", esc(&peer_label(p)));
-            continue;
-        }
         let what = match pick(&p.points) {
             None => format!("(flat line, no message size): {}", show(fig.metric, total)),
             Some((s, v)) => format!("{} at {}", show(fig.metric, v), format_size(s)),
         };
-        let _ = write!(out, "<br>\n{} {what}; against it: {}.", esc(&peer_label(p)), vs.join("; "));
+        // Nothing measured at a size the peer has: say so, not "against it: .".
+        let against = if vs.is_empty() {
+            "no line of the figure has its sizes".to_string()
+        } else {
+            format!("against it: {}", vs.join("; "))
+        };
+        let _ = write!(out, "<br>\n{} {what}; {against}.", esc(&peer_label(p)));
     }
     out
 }
