@@ -163,7 +163,9 @@ impl RateEstimator {
         if now <= self.best_until && self.best > 0.0 {
             return self.best;
         }
-        self.samples.iter().filter(|(t, _)| now.since(*t) <= RATE_WINDOW).map(|(_, r)| *r).fold(0.0, f64::max)
+        // Newest last: stop at the first sample out of the window (on the
+        // hot path, with no recent sample, that is the first one looked at).
+        self.samples.iter().rev().take_while(|(t, _)| now.since(*t) <= RATE_WINDOW).map(|(_, r)| *r).fold(0.0, f64::max)
     }
 
     /// What the scheduler plans with: [`Self::recent_rate`], else the
@@ -179,7 +181,7 @@ impl RateEstimator {
         if recent > 0.0 {
             return recent;
         }
-        self.seconds.iter().filter(|(t, _)| now.since(*t) <= LONG_WINDOW).map(|(_, r)| *r).fold(0.0, f64::max)
+        self.seconds.iter().rev().take_while(|(t, _)| now.since(*t) <= LONG_WINDOW).map(|(_, r)| *r).fold(0.0, f64::max)
     }
 }
 
