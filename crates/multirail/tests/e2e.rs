@@ -475,15 +475,20 @@ fn ping_pong_8b(ep: &Endpoint, rounds: u64) {
     }
 }
 
-/// A count that load can only raise, taken on both ranks of a pair up to
-/// `attempts` times until both saw fewer than `bound`: this rank's fewest.
-/// (The ranks agree on going on with a message of tag 1 << 40, apart from
-/// any test traffic.)
-fn fewest_of_attempts(ep: &Endpoint, attempts: u64, bound: u64, mut count: impl FnMut() -> u64) -> u64 {
+/// A counter of `ep` that load can only raise, read over `rounds` 8 B
+/// round trips (after `warm_up` more) on both ranks of a pair, up to 5
+/// times until both saw fewer than `bound`: this rank's fewest. (The ranks
+/// agree on going on with a message of tag 1 << 40, apart from the
+/// ping-pong's.)
+fn fewest_over_ping_pongs(ep: &Endpoint, warm_up: u64, rounds: u64, bound: u64, counter: fn(&Endpoint) -> u64) -> u64 {
+    const ATTEMPTS: u64 = 5;
     let peer = 1 - ep.rank();
+    ping_pong_8b(ep, warm_up); // connections up
     let mut fewest = u64::MAX;
-    for _ in 0..attempts {
-        fewest = fewest.min(count());
+    for _ in 0..ATTEMPTS {
+        let before = counter(ep);
+        ping_pong_8b(ep, rounds);
+        fewest = fewest.min(counter(ep) - before);
         let mut theirs = [0u8; 8];
         ep.send(peer, 1 << 40, &fewest.to_le_bytes()).unwrap();
         ep.recv(Some(peer), Some(1 << 40), &mut theirs).unwrap();
@@ -491,6 +496,7 @@ fn fewest_of_attempts(ep: &Endpoint, attempts: u64, bound: u64, mut count: impl 
             break;
         }
     }
+    ep.barrier().unwrap();
     fewest
 }
 
@@ -508,20 +514,10 @@ fn fewest_of_attempts(ep: &Endpoint, attempts: u64, bound: u64, mut count: impl 
 #[test]
 fn threaded_io_threads_stay_parked_while_a_waiter_spins() {
     const ROUNDS: u64 = 2000;
-    const ATTEMPTS: u64 = 5;
     let woke = job(
         2,
         |_| builder("tcp:127.0.0.1", Progress::Threaded, "*:adaptive").spin(Duration::from_secs(5)),
-        |ep| {
-            ping_pong_8b(&ep, 100); // connections up
-            let fewest = fewest_of_attempts(&ep, ATTEMPTS, ROUNDS / 20, || {
-                let before = ep.io_thread_wakeups();
-                ping_pong_8b(&ep, ROUNDS);
-                ep.io_thread_wakeups() - before
-            });
-            ep.barrier().unwrap();
-            fewest
-        },
+        |ep| fewest_over_ping_pongs(&ep, 100, ROUNDS, ROUNDS / 20, Endpoint::io_thread_wakeups),
     );
     for (rank, w) in woke.iter().enumerate() {
         assert!(*w < ROUNDS / 20, "rank {rank}: IO threads woke {w} times in {ROUNDS} round trips");
@@ -540,21 +536,11 @@ fn threaded_io_threads_stay_parked_while_a_waiter_spins() {
 #[test]
 fn a_sleeping_polled_waiter_is_woken_by_its_message_not_a_timer() {
     const ROUNDS: u64 = 300;
-    const ATTEMPTS: u64 = 5;
     for rails in ["shm", "tcp:127.0.0.1"] {
         let timed_out = job(
             2,
             |_| builder(rails, Progress::Polled, "*:single").spin(Duration::ZERO),
-            |ep| {
-                ping_pong_8b(&ep, 20); // connections up
-                let fewest = fewest_of_attempts(&ep, ATTEMPTS, ROUNDS / 10, || {
-                    let before = ep.sleeps_timed_out();
-                    ping_pong_8b(&ep, ROUNDS);
-                    ep.sleeps_timed_out() - before
-                });
-                ep.barrier().unwrap();
-                fewest
-            },
+            |ep| fewest_over_ping_pongs(&ep, 20, ROUNDS, ROUNDS / 10, Endpoint::sleeps_timed_out),
         );
         println!("{rails}: sleeps ended by a timer in {ROUNDS} round trips: {timed_out:?}");
         for (rank, t) in timed_out.iter().enumerate() {
