@@ -112,7 +112,32 @@ impl Drop for RankErrors {
 /// A rank's side of [`RankErrors`]: writes `message` where the launcher
 /// looks for it; false if this process was not started by a local launch
 /// (or the file cannot be written), and the caller prints it itself.
+/// Only the first message is written (later calls return what the first
+/// did): see [`reported_before_drop`].
 pub fn report_to_launcher(message: &str) -> bool {
+    static REPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REPORTED.get_or_init(|| write_for_launcher(message))
+}
+
+/// A closed pipe (`| head`) is not an error worth a message.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// A rank's error is told to the launcher while its endpoint still
+/// exists. Dropping the endpoint closes its listeners, and a peer that
+/// then finds it gone fails with "connection refused"; the launcher prints
+/// the error written first, which must be the cause, not that consequence.
+pub fn reported_before_drop<T>(r: anyhow::Result<T>) -> anyhow::Result<T> {
+    if let Err(e) = &r
+        && !is_broken_pipe(e)
+    {
+        report_to_launcher(&format!("{e:#}"));
+    }
+    r
+}
+
+fn write_for_launcher(message: &str) -> bool {
     let Some(path) = std::env::var_os(ERROR_FILE).filter(|_| std::env::var_os(LAUNCHED).is_some()) else {
         return false;
     };

@@ -41,14 +41,11 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            // A closed pipe (`| head`) is not an error worth a message.
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) {
+            if launch::is_broken_pipe(&e) {
                 std::process::exit(0);
             }
             // A rank of a local launch tells the launcher, which prints
-            // one error for the job.
+            // one error for the job (unless the rank told it already).
             let message = format!("{e:#}");
             if !launch::report_to_launcher(&message) {
                 eprintln!("multirail: error: {message}");

@@ -165,12 +165,21 @@ fn rank(args: &BenchArgs, job: &JobInfo) -> anyhow::Result<i32> {
     let cfg = config_of(args)?;
     let sizes = sizes(args)?;
     let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
+    let me = ep.rank();
+    let ep = Arc::new(ep);
+    let code = crate::launch::reported_before_drop(sizes_at(&ep, args, &sizes))?;
+    let ep = Arc::try_unwrap(ep).ok().context("the group let go of the endpoint")?;
+    ep.close().with_context(|| format!("rank {me}: closing"))?;
+    Ok(code)
+}
+
+/// Every size, in order, at one member; the lead prints each size's row.
+fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Result<i32> {
     let (n, me) = (ep.size(), ep.rank());
     let (senders, from) = senders_of(&args.senders, n)?;
     let mode = if args.unordered { Mode::Unordered } else { Mode::Ordered };
     let lead = me == 0;
     let rails = ep.rail_names().join(",");
-    let ep = Arc::new(ep);
     let mut out = std::io::stdout().lock();
     if lead && !args.json {
         let mut h = format!(
@@ -278,9 +287,6 @@ fn rank(args: &BenchArgs, job: &JobInfo) -> anyhow::Result<i32> {
             code = 1;
         }
     }
-    drop(out);
-    let ep = Arc::try_unwrap(ep).ok().context("the group let go of the endpoint")?;
-    ep.close().with_context(|| format!("rank {me}: closing"))?;
     Ok(code)
 }
 

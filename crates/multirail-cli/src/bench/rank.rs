@@ -35,15 +35,31 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     let failure = Some(fail::Injector::prepare(plans, &mut cfg, job.rank)?).filter(|i| !i.is_empty());
     let limit = cfg.setup_timeout;
     let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
+    let code =
+        crate::launch::reported_before_drop(measure(&ep, args, job, failure.as_ref(), plot_to.as_deref(), limit))?;
+    ep.close().with_context(|| format!("rank {}: closing", job.rank))?;
+    Ok(code)
+}
+
+/// Everything a rank does with its endpoint: agree on the test (two
+/// hosts), sweep the sizes and (rank 0) print and plot them.
+fn measure(
+    ep: &Endpoint,
+    args: &BenchArgs,
+    job: &JobInfo,
+    failure: Option<&fail::Injector>,
+    plot_to: Option<&std::path::Path>,
+    limit: std::time::Duration,
+) -> anyhow::Result<i32> {
     // Two hosts: the server runs the client's test.
     let adopted;
     let args = match job.source {
         "--server" => {
-            adopted = agree::as_server(&ep, args, limit)?;
+            adopted = agree::as_server(ep, args, limit)?;
             &adopted
         }
         "--connect" => {
-            agree::as_client(&ep, args, limit)?;
+            agree::as_client(ep, args, limit)?;
             args
         }
         _ => args,
@@ -51,9 +67,9 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     let spec = spec_of(args, job.size)?;
     let lead = ep.rank() == 0;
     if let Some(inj) = failure.as_ref().filter(|_| lead) {
-        inj.check_rails(&ep, 1)?;
+        inj.check_rails(ep, 1)?;
     }
-    let info = RunInfo::from_endpoint(&ep, &spec);
+    let info = RunInfo::from_endpoint(ep, &spec);
     let model = if lead { super::model_columns(args, info.rails.len())? } else { None };
     let opts = osu::TableOptions { rail_stats: args.rail_stats, full: args.full, model: model.clone() };
     let model = model.as_ref();
@@ -73,7 +89,7 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     let mut write_err = None;
     let mut measured: Vec<SizeResult> = Vec::new();
     let mut sweep = || {
-        multirail_perf::run(&ep, &spec, &mut |p| match p {
+        multirail_perf::run(ep, &spec, &mut |p| match p {
             Progress::Start { size, .. } => {
                 bar.set_message(format!("size {}", multirail_proto::units::format_size(size)))
             }
@@ -96,7 +112,7 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
     };
     let res = match failure.as_ref().filter(|_| lead) {
         Some(inj) => {
-            let (res, report) = inj.watch(&ep, 1, &mut sweep);
+            let (res, report) = inj.watch(ep, 1, &mut sweep);
             if !args.quiet {
                 eprint!("{report}");
             }
@@ -122,13 +138,12 @@ pub fn run_with_key(args: &BenchArgs, job: &JobInfo, key: Option<String>) -> any
         }
         Err(e) => return Err(e).context(format!("rank {}", ep.rank())),
     };
-    if let Some(path) = plot_to.as_deref().filter(|_| lead && code == 0) {
+    if let Some(path) = plot_to.filter(|_| lead && code == 0) {
         plot::single(path, &info, &measured)?;
         if !args.quiet {
             eprintln!("# plot written to {}", path.display());
         }
     }
-    ep.close().with_context(|| format!("rank {}: closing", job.rank))?;
     Ok(code)
 }
 
