@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use crate::time::Time;
 
+use super::liveness::stuck_since;
 use super::{Core, PeerId, RailId};
 
 /// A rail that fails again within this time of coming up is flapping:
@@ -130,16 +131,19 @@ impl Core {
         if closing || !self.connect_due(now) {
             return None;
         }
+        let cfg = &self.cfg;
         for (&peer, p) in self.peers.iter_mut() {
             if p.failed.is_some() || p.closed_by_peer {
                 continue;
             }
-            for (rail, r) in p.rails.iter_mut().enumerate() {
+            for rail in 0..p.rails.len() {
+                let stuck = stuck_since(cfg, p, rail);
+                let r = &mut p.rails[rail];
                 let c = &mut r.conn;
                 if !c.wanted || c.connecting || now < c.next_try {
                     continue;
                 }
-                let replace = match (r.up, r.suspect_since) {
+                let replace = match (r.up, stuck) {
                     (false, _) => false,
                     (true, Some(since)) if now.since(since) >= replace_after => true,
                     _ => continue,
@@ -162,8 +166,8 @@ impl Core {
         }
         let mut t: Option<Time> = None;
         for p in self.peers.values().filter(|p| p.failed.is_none() && !p.closed_by_peer) {
-            for r in p.rails.iter().filter(|r| r.conn.wanted && !r.conn.connecting) {
-                let at = match (r.up, r.suspect_since) {
+            for (rail, r) in p.rails.iter().enumerate().filter(|(_, r)| r.conn.wanted && !r.conn.connecting) {
+                let at = match (r.up, stuck_since(&self.cfg, p, rail)) {
                     (false, _) => r.conn.next_try,
                     (true, Some(since)) => r.conn.next_try.max(since + self.cfg.replace_after),
                     (true, None) => continue,

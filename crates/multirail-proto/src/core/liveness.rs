@@ -14,6 +14,19 @@
 //!   it carried, credits we wait for, a message we wait to receive from
 //!   the peer) and on which nothing arrived for `probe_interval` gets a
 //!   PING. A PING unanswered by its deadline makes the rail suspect.
+//! * **Blame the rail, not a silent peer.** A deadline passes for every
+//!   rail at once when the peer itself is late (its process descheduled on
+//!   an oversubscribed host, paused, swapping) or when this process ran
+//!   late and has not read what arrived; moving data to another rail then
+//!   helps nothing. So a rail past its deadline is suspected only once the
+//!   peer was heard on *another* rail after that deadline, and a grace of
+//!   half the rail's RTO after that (a peer that just woke up answers on
+//!   every rail in one round, its acknowledgements maybe a delayed-ack
+//!   timer later). Until then the other rails get a PING each, to draw
+//!   that evidence out of an idle rail, and the rail is looked at again
+//!   every quarter RTO. A dead link under a live peer is routed around
+//!   about 3/4 RTO after its deadline; a peer silent everywhere only
+//!   pauses (and the peer timeout below still applies).
 //! * **Not the last rail.** Suspecting the only usable rail would move its
 //!   data nowhere: it is probed instead, and its overdue fragments wait
 //!   (TCP delivers them when the link returns). Once another rail answers
@@ -42,7 +55,7 @@ use bytes::Bytes;
 use crate::time::Time;
 use crate::wire::{Flags, FrameHeader, Op};
 
-use super::rail::{Handed, Ping, RailState};
+use super::rail::{Handed, Overdue, Ping, RailState};
 use super::send::FragState;
 use super::{Config, Core, Event, Owed, Peer, PeerId, RailId, Transmit, push_wake};
 
@@ -88,6 +101,50 @@ fn ping_deadline(cfg: &Config, r: &RailState) -> Option<Time> {
     Some(sent + Duration::from_secs_f64(drain) + rto(cfg, r, sent))
 }
 
+/// The earliest deadline of `rail`: its oldest unacknowledged fragment's
+/// or its PING's, and whether it is the PING's.
+fn rail_deadline(cfg: &Config, p: &Peer, rail: RailId) -> Option<(Time, bool)> {
+    let r = &p.rails[rail];
+    match (rto_deadline(cfg, p, rail), ping_deadline(cfg, r)) {
+        (Some(a), Some(b)) if b < a => Some((b, true)),
+        (Some(a), _) => Some((a, false)),
+        (None, b) => b.map(|b| (b, true)),
+    }
+}
+
+/// Since when `rail` is stuck: suspect, or past its current deadline
+/// while the peer is silent everywhere (see [`Overdue`]). A stuck rail
+/// gets a fresh connection after `replace_after` (see `connect`): after a
+/// long outage of every rail, TCP's own backoff would come back late.
+pub(crate) fn stuck_since(cfg: &Config, p: &Peer, rail: RailId) -> Option<Time> {
+    let r = &p.rails[rail];
+    r.suspect_since.or_else(|| {
+        let o = r.overdue?;
+        (rail_deadline(cfg, p, rail).map(|(d, _)| d) == Some(o.deadline)).then_some(o.deadline)
+    })
+}
+
+/// How long a rail past deadline `d` is given after the peer was heard
+/// elsewhere: half its RTO.
+fn grace(cfg: &Config, r: &RailState, d: Time) -> Duration {
+    rto(cfg, r, d) / 2
+}
+
+/// When a rail past deadline `d` whose peer is silent everywhere is looked
+/// at again.
+fn recheck(cfg: &Config, r: &RailState, d: Time) -> Duration {
+    (grace(cfg, r, d) / 2).max(Duration::from_millis(1))
+}
+
+/// When `r`, due at `d`, is looked at next (see [`Overdue`]).
+fn next_look(cfg: &Config, r: &RailState, d: Time) -> Time {
+    match r.overdue.filter(|o| o.deadline == d) {
+        Some(Overdue { heard: Some(h), .. }) => h + grace(cfg, r, d),
+        Some(o) => o.checked + recheck(cfg, r, d),
+        None => d,
+    }
+}
+
 impl Peer {
     /// Since when `rail` owes us an answer other than an acknowledgement
     /// (see the module documentation), if it does.
@@ -108,6 +165,13 @@ impl Peer {
             || !self.waiting.is_empty()
             || self.rails.iter().any(|r| !r.owing.is_empty())
             || (self.posted_from > 0 && self.up_rails() > 0)
+    }
+
+    /// The last time the peer was heard on a rail other than `rail`, if
+    /// that was at or after `since`.
+    fn heard_elsewhere(&self, rail: RailId, since: Time) -> Option<Time> {
+        let others = self.rails.iter().enumerate().filter(|&(j, r)| j != rail && r.up);
+        others.map(|(_, r)| r.last_rx).filter(|&t| t >= since).max()
     }
 
     /// When a quiet `rail` that owes us an answer gets a PING.
@@ -140,13 +204,11 @@ impl Core {
         }
         let usable = p.rails.iter().filter(|r| r.usable()).count();
         for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
-            if r.suspect_since.is_none() && usable > 1 {
-                if let Some(d) = rto_deadline(&self.cfg, p, i) {
-                    at_least(&mut t, d);
-                }
-                if let Some(d) = ping_deadline(&self.cfg, r) {
-                    at_least(&mut t, d);
-                }
+            if r.suspect_since.is_none()
+                && usable > 1
+                && let Some((d, _)) = rail_deadline(&self.cfg, p, i)
+            {
+                at_least(&mut t, next_look(&self.cfg, r, d));
             }
             if let Some(d) = p.probe_deadline(&self.cfg, i) {
                 at_least(&mut t, d);
@@ -166,6 +228,10 @@ impl Core {
         }
         let mut suspects = Vec::new();
         let mut pings = Vec::new();
+        // Rails past their deadline, not blamed yet; those of them whose
+        // peer was not heard elsewhere since.
+        let mut waits = Vec::new();
+        let mut silent = Vec::new();
         let usable = p.rails.iter().filter(|r| r.usable()).count();
         for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
             if r.suspect_since.is_none() && usable == 1 {
@@ -176,23 +242,52 @@ impl Core {
                     continue;
                 }
             }
-            if r.suspect_since.is_none() && usable > 1 {
-                if let Some(d) = rto_deadline(&self.cfg, p, i).filter(|&d| d <= now) {
-                    let late = now.since(d) + rto(&self.cfg, r, now);
-                    suspects.push((i, format!("no acknowledgement for {} beyond its queue", ms(late))));
-                    continue;
+            if r.suspect_since.is_none()
+                && usable > 1
+                && let Some((d, ping)) = rail_deadline(&self.cfg, p, i).filter(|&(d, _)| d <= now)
+            {
+                let heard = r.overdue.filter(|o| o.deadline == d).and_then(|o| o.heard);
+                match heard.or_else(|| p.heard_elsewhere(i, d)) {
+                    Some(h) if now >= h + grace(&self.cfg, r, d) => {
+                        let late = ms(now.since(d) + rto(&self.cfg, r, now));
+                        let why = if ping {
+                            format!("probe unanswered for {late} while the peer answers on other rails")
+                        } else {
+                            format!(
+                                "no acknowledgement for {late} beyond its queue while the peer answers on other rails"
+                            )
+                        };
+                        suspects.push((i, why));
+                    }
+                    heard => {
+                        if heard.is_none() {
+                            silent.push(i);
+                        }
+                        waits.push((i, Overdue { deadline: d, heard, checked: now }));
+                    }
                 }
-                if let Some(d) = ping_deadline(&self.cfg, r).filter(|&d| d <= now) {
-                    let late = now.since(d) + rto(&self.cfg, r, now);
-                    suspects.push((i, format!("probe unanswered for {}", ms(late))));
-                    continue;
-                }
+                continue;
             }
             if p.probe_deadline(&self.cfg, i).is_some_and(|d| d <= now) {
                 pings.push(i);
             }
         }
-        let silent = p.has_work() && !self.closing && now.since(p.last_rx) >= self.cfg.peer_timeout;
+        // Ask the other rails for a sign of life.
+        for &i in &silent {
+            for (j, r) in p.rails.iter().enumerate() {
+                if j != i && r.usable() && r.ping.is_none() && !pings.contains(&j) {
+                    pings.push(j);
+                }
+            }
+        }
+        let gone = p.has_work() && !self.closing && now.since(p.last_rx) >= self.cfg.peer_timeout;
+        let p = self.peers.get_mut(&peer).expect("checked");
+        for (rail, o) in waits {
+            let r = &mut p.rails[rail];
+            // A new stuck rail: its replacement time is a new connection deadline.
+            self.connect_dirty |= r.overdue.is_none_or(|x| x.deadline != o.deadline);
+            r.overdue = Some(o);
+        }
         for (rail, why) in suspects {
             // Never the last usable one (an earlier one may have just gone).
             if self.peers[&peer].rails.iter().filter(|r| r.usable()).count() > 1 {
@@ -202,7 +297,7 @@ impl Core {
         for rail in pings {
             self.send_ping(peer, rail, now);
         }
-        if silent {
+        if gone {
             let why = format!("nothing from rank {peer} for {:?} (peer timeout)", self.cfg.peer_timeout);
             self.peer_unreachable(peer, &why);
         }
@@ -216,6 +311,7 @@ impl Core {
             return;
         }
         r.suspect_since = Some(now);
+        r.overdue = None;
         r.stats.suspects += 1;
         self.connect_dirty = true;
         r.data.clear();

@@ -283,6 +283,20 @@ impl SlowFloor {
     }
 }
 
+/// A rail past its deadline, not yet blamed: the peer has not been heard
+/// on another rail since that deadline (see `liveness`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Overdue {
+    /// The deadline this is about; a later one (an answer came, the
+    /// oldest fragment moved on) makes it stale.
+    pub deadline: Time,
+    /// The last time the peer was heard on another rail, as first seen
+    /// after the deadline: the rail is blamed a grace period after it.
+    pub heard: Option<Time>,
+    /// When the rail was last looked at.
+    pub checked: Time,
+}
+
 /// An answer a rail owes us (see [`RailState::owing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Owed {
@@ -335,6 +349,8 @@ pub(crate) struct RailState {
     pub clears_from: u64,
     /// The probe in flight, if any (at most one per rail).
     pub ping: Option<Ping>,
+    /// Past its deadline, waiting for the peer to show life elsewhere.
+    pub overdue: Option<Overdue>,
     /// Answers this rail owes us other than acknowledgements, by when they
     /// were asked for: the CTS for an RTS it carried, the first DATA for a
     /// CTS it carried (see `liveness`).
@@ -368,6 +384,7 @@ impl RailState {
             suspect_since: None,
             clears_from: 0,
             ping: None,
+            overdue: None,
             owing: BTreeSet::new(),
             acks: Vec::new(),
             ack_bytes: 0,
@@ -428,6 +445,7 @@ impl RailState {
         self.acks.clear();
         self.ack_bytes = 0;
         self.ping = None;
+        self.overdue = None;
         self.suspect_since = None;
     }
 
