@@ -66,7 +66,7 @@ fn measure(
     };
     let spec = spec_of(args, job.size)?;
     let lead = ep.rank() == 0;
-    if let Some(inj) = failure.as_ref().filter(|_| lead) {
+    if let Some(inj) = failure.filter(|_| lead) {
         inj.check_rails(ep, 1)?;
     }
     let info = RunInfo::from_endpoint(ep, &spec);
@@ -110,7 +110,7 @@ fn measure(
             Progress::Done { .. } => bar.inc(1),
         })
     };
-    let res = match failure.as_ref().filter(|_| lead) {
+    let res = match failure.filter(|_| lead) {
         Some(inj) => {
             let (res, report) = inj.watch(ep, 1, &mut sweep);
             if !args.quiet {

@@ -272,13 +272,10 @@ impl Core {
                 pings.push(i);
             }
         }
-        // Ask the other rails for a sign of life.
+        // Ask the other rails for a sign of life (`send_ping` skips a rail
+        // that already has a PING in flight, also one asked twice here).
         for &i in &silent {
-            for (j, r) in p.rails.iter().enumerate() {
-                if j != i && r.usable() && r.ping.is_none() && !pings.contains(&j) {
-                    pings.push(j);
-                }
-            }
+            pings.extend(p.rails.iter().enumerate().filter(|&(j, r)| j != i && r.usable()).map(|(j, _)| j));
         }
         let gone = p.has_work() && !self.closing && now.since(p.last_rx) >= self.cfg.peer_timeout;
         let p = self.peers.get_mut(&peer).expect("checked");
