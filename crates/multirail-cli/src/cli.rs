@@ -283,6 +283,12 @@ Each study is a set of figures; each line of a figure is one child run of
              faster (2 x 3gbit) rail set
   cbr        the HotI'09 Communication Balance Ratios (bench cbr); with
              --testbed also mbw_mr of 4 ranks on 2 hosts, block vs cyclic
+  peers      multirail on rail0 and on 2 x 2gbit beside Open MPI and UCX
+             on rail0, on all rails and (Open MPI) with btl_tcp_links=2 and
+             bandwidth hints, and iperf3: bw, bibw, latency, the 2-pair
+             rate, and bw on unequal rails (1gbit + 3gbit); meant for
+             --testbed --peers (what bench/compare.sh wraps). `all` runs it
+             only with --peers
 
 Without --testbed everything runs over loopback TCP rails on this host: rates
 cannot be shaped, and the page says so. With --testbed (root) the report
@@ -302,6 +308,7 @@ Examples:
   multirail report --out rpt                               every study, 1:4M, medians of 3
   sudo multirail report --testbed --study dual-rail --out rpt
   sudo multirail report --testbed --peers --quick --out rpt   with iperf3, UCX, Open MPI
+  sudo multirail report --testbed --study peers --peers --out rpt   what bench/compare.sh runs
   multirail report --from rpt/results.json --out rpt       render again";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -310,12 +317,14 @@ pub enum StudyName {
     Udapl,
     FdrEdr,
     Cbr,
+    Peers,
     All,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// Which study: dual-rail, udapl, fdr-edr, cbr or all.
+    /// Which study: dual-rail, udapl, fdr-edr, cbr, peers or all (the
+    /// first four, and peers with --peers).
     #[arg(long, value_enum, default_value = "all")]
     pub study: StudyName,
     /// Run on emulated clusters brought up (and down) by the report (root);
@@ -326,12 +335,13 @@ pub struct ReportArgs {
     #[arg(long, default_value = "rpt")]
     pub prefix: String,
     /// Also measure other tools on the same rails (with --testbed, once per
-    /// testbed, drawn in the bandwidth figures): iperf3, one TCP stream per
-    /// rail, all at once (a flat line); UCX ucx_perftest tag_bw over all
-    /// rails (UCX_TLS=tcp) per size; Open MPI bench/mpi/mr_bw (ob1, tcp
-    /// BTL over all rails; built with mpicc from the source tree); in the
-    /// latency figures UCX tag_lat and mr_pingpong. A tool that is missing
-    /// is skipped with the reason.
+    /// testbed, drawn in the figures and tables): iperf3, one TCP stream per
+    /// rail, all at once (a flat line; --bidir for bibw); UCX ucx_perftest
+    /// tag_bw and tag_lat over all rails (UCX_TLS=tcp) per size; Open MPI
+    /// bench/mpi/mr_bw (-b for bibw) and mr_pingpong (ob1, tcp BTL over all
+    /// rails; built with mpicc from the source tree). The peers study adds
+    /// their rail variants. A tool that is missing is skipped with the
+    /// reason.
     #[arg(long)]
     pub peers: bool,
     /// Few sizes (8, 64K, 1M), 5 iterations (latency: 100), 1 round: a

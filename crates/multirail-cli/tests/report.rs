@@ -233,3 +233,50 @@ fn page_with_testbeds_and_peers() {
     // And against the NPC'09 model of its rates (2 x 3 Gbit/s = 750 MB/s).
     assert!(page.contains(&format!("faster: 2 x 3gbit {:.2} x the model's 750 MB/s", faster / 750.0)));
 }
+
+/// The peers study of a recorded `bench/compare.sh --quick` run
+/// (tests/data/report-results-peers.json, a test fixture): each peer in
+/// the table beside the line over as many rails, with the ratio.
+#[test]
+fn peers_study_tables_hold_each_peer_against_its_counterpart() {
+    let dir = scratch("peers");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-results-peers.json");
+    let o = run(
+        &mut multirail(&["report", "--from", fixture.to_str().unwrap(), "--out", dir.to_str().unwrap()]),
+        "report --from (peers)",
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let results: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    assert!(page.contains("id=\"study-peers\""));
+    for n in 1..=5 {
+        assert!(dir.join(format!("fig-peers-{n}.svg")).is_file(), "figure {n}");
+    }
+    let peer = |tool: &str, metric: &str, rails: &str, rate: &str| -> Value {
+        results["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["tool"] == tool && p["metric"] == metric && p["rails"] == rails && p["testbed"]["rate"] == rate)
+            .unwrap_or_else(|| panic!("{tool} {metric} {rails} on {rate} in the fixture"))
+            .clone()
+    };
+    let at = |p: &Value, size: u64| -> f64 {
+        p["points"].as_array().unwrap().iter().find(|q| q[0] == size).unwrap()[1].as_f64().unwrap()
+    };
+    // Open MPI on rail0 against multirail on rail0 (line 1), at 1M.
+    let ompi1 = at(&peer("Open MPI", "bw", "first", "2gbit"), 1 << 20);
+    let mr1 = value(&results, "peers", 0, 0, 1 << 20);
+    assert!(
+        page.contains("<th>Open MPI, rail0 only on 2 x 2gbit (MB/s; multirail, rail0 only of 2 x 2gbit / it)</th>")
+    );
+    assert!(page.contains(&format!("<td>{ompi1:.2} ({:.2} x)</td>", mr1 / ompi1)), "{ompi1} {mr1}");
+    // Latency: UCX over all rails against multirail over both, at 8 B.
+    let ucx = at(&peer("ucx_perftest", "latency", "all", "2gbit"), 8);
+    let mr = value(&results, "peers", 2, 1, 8);
+    assert!(page.contains(&format!("<td>{ucx:.2} ({:.2} x)</td>", mr / ucx)), "{ucx} {mr}");
+    // The unequal rails are named as such; the hints variant is drawn there.
+    let unequal = std::fs::read_to_string(dir.join("fig-peers-5.svg")).unwrap();
+    assert!(unequal.contains("Open MPI, bandwidth hints on 1gbit + 3gbit"));
+}

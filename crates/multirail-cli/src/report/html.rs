@@ -13,7 +13,7 @@ use multirail_perf::report::plot::{self, Chart, CustomAxis, Machine, Series};
 use serde::Deserialize;
 
 use super::Results;
-use super::peers::PeerRun;
+use super::peers::{PeerRails, PeerRun};
 use super::plan::{Config, Figure, Metric, Study};
 use crate::child;
 
@@ -164,9 +164,15 @@ fn show(m: Metric, v: f64) -> String {
 /// configuration's testbed, MB/s; `None` without a testbed.
 pub fn testbed_model(cfg: &Config) -> Option<f64> {
     let spec = cfg.testbed.as_ref()?;
-    let link = parse_rate(&spec.rate).ok()?;
+    // The rails the line uses (`--testbed-rails`): the first of the
+    // testbed's, each at its rate (one for all, or one per rail).
+    let used = rails_used(cfg).min(spec.rails);
+    let mut links = spec.rate.split(',').map(|r| parse_rate(r).ok()).collect::<Option<Vec<f64>>>()?;
+    if links.len() > 1 {
+        links.truncate(used);
+    }
     let bus = spec.bus.as_deref().and_then(|b| parse_rate(b).ok());
-    let p = ModelInput::new(spec.rails, &[link], bus, None).ok()?.predict();
+    let p = ModelInput::new(used, &links, bus, None).ok()?.predict();
     Some(if spec.bus.is_some() { p.multi_port } else { p.multi_hca } / 1e6)
 }
 
@@ -293,28 +299,100 @@ pub fn reading(study: &Study, fig: &Figure, lines: &[Line]) -> String {
     out.join("<br>\n")
 }
 
-/// The peer runs drawn in a bandwidth figure: those on a testbed one of
-/// its lines used.
-fn peers_of<'a>(results: &'a Results, fig: &Figure) -> Vec<&'a PeerRun> {
+/// The peer runs drawn in a figure: those of its metric on a testbed one
+/// of its lines used, and (the variants) made for its study.
+fn peers_of<'a>(results: &'a Results, study: &Study, fig: &Figure) -> Vec<&'a PeerRun> {
     results
         .peers
         .iter()
-        .filter(|p| p.metric == fig.metric)
+        .filter(|p| p.metric == fig.metric && p.study.as_ref().is_none_or(|s| *s == study.id))
         .filter(|p| fig.configs.iter().any(|c| c.testbed.as_ref() == Some(&p.testbed)))
         .collect()
 }
 
 fn peer_label(p: &PeerRun) -> String {
     if p.points.is_empty() {
-        format!("{}, {} stream(s) on {}", p.tool, p.testbed.rails, p.testbed.describe())
+        let bidir = if p.metric == Metric::Bibw { " --bidir" } else { "" };
+        format!("{}{bidir}, {} stream(s) on {}", p.tool, p.testbed.rails, p.testbed.describe())
     } else {
-        format!("{} on {}", p.tool, p.testbed.describe())
+        format!("{}{} on {}", p.tool, p.rails.suffix(), p.testbed.describe())
     }
 }
 
-/// Each line against the peer measured on its testbed, at the largest size
-/// both measured (latency: the smallest above 0); against a flat line
-/// (iperf3), at the line's largest size.
+/// How many rails a configuration's ranks use: `--testbed-rails N`, else
+/// its testbed's, else the entries of `--rails`.
+fn rails_used(cfg: &Config) -> usize {
+    let after = |flag: &str| cfg.argv.iter().position(|a| a == flag).and_then(|i| cfg.argv.get(i + 1));
+    if let Some(n) = after("--testbed-rails").and_then(|n| n.parse().ok()) {
+        return n;
+    }
+    match (&cfg.testbed, after("--rails")) {
+        (Some(t), _) => t.rails,
+        (None, Some(list)) => list.split(',').count(),
+        (None, None) => 1,
+    }
+}
+
+/// The line a peer is held against in the table: the last one on its
+/// testbed over as many rails (a peer on rail0 alone against multirail on
+/// one rail).
+fn counterpart(fig: &Figure, p: &PeerRun) -> Option<usize> {
+    fig.configs.iter().rposition(|c| c.testbed.as_ref() == Some(&p.testbed) && rails_used(c) == peer_rails(p))
+}
+
+/// How many rails a peer used.
+fn peer_rails(p: &PeerRun) -> usize {
+    if p.rails == PeerRails::First { 1 } else { p.testbed.rails }
+}
+
+/// A peer's value at `size`: its point, or its flat total (iperf3).
+fn peer_at(p: &PeerRun, size: u64) -> Option<f64> {
+    if p.points.is_empty() { p.total } else { p.points.iter().find(|q| q.0 == size).map(|q| q.1) }
+}
+
+/// The peers beside the lines, sizes down: each peer's value and the
+/// ratio of its counterpart line to it (`1.20 x`: multirail gives 1.2
+/// times the peer's bandwidth, or takes 1.2 times its latency).
+fn peer_table(fig: &Figure, ls: &[Line], peers: &[&PeerRun]) -> String {
+    let sizes: BTreeSet<u64> = ls
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .chain(peers.iter().flat_map(|p| p.points.iter().map(|q| q.0)))
+        .collect();
+    if sizes.is_empty() || peers.is_empty() {
+        return String::new();
+    }
+    let mut t = "<table class=\"data peers\">\n<tr><th>Size</th>".to_string();
+    let against: Vec<Option<usize>> = peers.iter().map(|p| counterpart(fig, p)).collect();
+    for (p, c) in peers.iter().zip(&against) {
+        let vs = c.map_or(String::new(), |c| format!("; {} / it", ls[c].label));
+        let _ = write!(t, "<th>{} ({}{})</th>", esc(&peer_label(p)), esc(fig.metric.unit()), esc(&vs));
+    }
+    t.push_str("</tr>\n");
+    for s in sizes {
+        let _ = write!(t, "<tr><td>{}</td>", esc(&format_size(s)));
+        for (p, c) in peers.iter().zip(&against) {
+            // A flat line (iperf3) has no message size: held against the
+            // lines from 64 KiB on, where a stream can fill the links.
+            let ratio = c.filter(|_| !p.points.is_empty() || s >= 64 << 10);
+            let cell = match peer_at(p, s) {
+                None => "–".to_string(),
+                Some(v) => match ratio.and_then(|c| ls[c].at(s)) {
+                    Some(m) if v > 0.0 => format!("{v:.2} ({:.2} x)", m / v),
+                    _ => format!("{v:.2}"),
+                },
+            };
+            let _ = write!(t, "<td>{cell}</td>");
+        }
+        t.push_str("</tr>\n");
+    }
+    t.push_str("</table>\n");
+    t
+}
+
+/// Each line against the peer measured on its testbed over as many rails,
+/// at the largest size both measured (latency: the smallest above 0);
+/// against a flat line (iperf3), at the line's largest size.
 fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
     let latency = fig.metric == Metric::Latency;
     let pick = |pts: &[(u64, f64)]| -> Option<(u64, f64)> {
@@ -339,7 +417,7 @@ fn peer_reading(fig: &Figure, lines: &[Line], peers: &[&PeerRun]) -> String {
             .configs
             .iter()
             .zip(lines)
-            .filter(|(c, _)| c.testbed.as_ref() == Some(&p.testbed))
+            .filter(|(c, _)| c.testbed.as_ref() == Some(&p.testbed) && rails_used(c) == peer_rails(p))
             .filter_map(|(_, l)| {
                 let (s, v, theirs) = at(l)?;
                 Some(format!("{} {:.2} x at {}", esc(&l.label), v / theirs, format_size(s)))
@@ -500,7 +578,7 @@ pub fn render(results: &Results) -> Page {
                         .map(|l| Series { label: format!("model: {}", l.label), points: l.model.clone() }),
                 );
                 let sizes: BTreeSet<u64> = ls.iter().flat_map(|l| l.points.iter().map(|p| p.0)).collect();
-                let mine = peers_of(results, fig);
+                let mine = peers_of(results, study, fig);
                 series.extend(mine.iter().filter_map(|p| {
                     let points = if p.points.is_empty() {
                         let v = p.total?;
@@ -513,7 +591,7 @@ pub fn render(results: &Results) -> Page {
                 let svg = plot::svg(&chart(results, fig, series, None)).ok();
                 let mut read = reading(study, fig, &ls);
                 read.push_str(&peer_reading(fig, &ls, &mine));
-                (svg, table(fig.metric, &ls), read)
+                (svg, table(fig.metric, &ls) + &peer_table(fig, &ls, &mine), read)
             };
             match svg {
                 Some(svg) => {
@@ -545,7 +623,7 @@ pub fn render(results: &Results) -> Page {
                 (None, Some(_)) => p
                     .points
                     .iter()
-                    .map(|(s, v)| format!("{} {v:.0} MB/s", format_size(*s)))
+                    .map(|(s, v)| format!("{} {}", format_size(*s), show(p.metric, *v)))
                     .collect::<Vec<_>>()
                     .join(", "),
                 (None, None) => "no result".into(),
@@ -737,6 +815,8 @@ mod tests {
             total: Some(500.0),
             points: vec![],
             failed: None,
+            rails: PeerRails::All,
+            study: None,
         };
         let r = peer_reading(&fig, &lines, &[&peer]);
         assert_eq!(
@@ -761,12 +841,78 @@ mod tests {
             total: Some(14.35),
             points: vec![(8, 14.35)],
             failed: None,
+            rails: PeerRails::All,
+            study: None,
         };
         let r = peer_reading(&fig, &lines, &[&peer]);
         assert!(r.ends_with("14.35 µs at 8 B; against it: pair 1.10 x at 8 B."), "{r}");
         peer.points = vec![(3, 14.0)];
         let r = peer_reading(&fig, &lines, &[&peer]);
         assert!(r.ends_with("no line of the figure has its sizes."), "{r}");
+    }
+
+    #[test]
+    fn the_peer_table_holds_each_peer_against_the_line_over_as_many_rails() {
+        let mut one = config("one", 2, "2gbit");
+        one.argv.extend(["--testbed-rails".to_string(), "1".to_string()]);
+        let fig = Figure { title: "bw".into(), metric: Metric::Bw, configs: vec![one, config("two", 2, "2gbit")] };
+        let lines = [line("one", &[(8, 2.0), (1 << 20, 230.0)]), line("two", &[(8, 2.0), (1 << 20, 460.0)])];
+        let peer = |rails: PeerRails, points: Vec<(u64, f64)>, total: f64| PeerRun {
+            tool: if points.is_empty() { "iperf3".into() } else { "Open MPI".into() },
+            metric: Metric::Bw,
+            testbed: TestbedSpec { rails: 2, rate: "2gbit".into(), bus: None },
+            what: String::new(),
+            commands: vec![],
+            per_rail: vec![],
+            total: Some(total),
+            points,
+            failed: None,
+            rails,
+            study: None,
+        };
+        let first = peer(PeerRails::First, vec![(8, 4.0), (1 << 20, 200.0)], 200.0);
+        let all = peer(PeerRails::All, vec![(1 << 20, 400.0)], 400.0);
+        let iperf = peer(PeerRails::All, vec![], 500.0);
+        assert_eq!(counterpart(&fig, &first), Some(0));
+        assert_eq!(counterpart(&fig, &all), Some(1));
+        let t = peer_table(&fig, &lines, &[&first, &all, &iperf]);
+        assert!(t.contains("<th>Open MPI, rail0 only on 2 x 2gbit (MB/s; one / it)</th>"), "{t}");
+        assert!(t.contains("<th>iperf3, 2 stream(s) on 2 x 2gbit (MB/s; two / it)</th>"), "{t}");
+        // 8 B: Open MPI on rail0 4.0, multirail on one rail 2.0; Open MPI
+        // on all rails has no 8 B; iperf3 is flat (no ratio at 8 B).
+        assert!(t.contains("<tr><td>8 B</td><td>4.00 (0.50 x)</td><td>–</td><td>500.00</td></tr>"), "{t}");
+        assert!(
+            t.contains("<td>1M</td><td>200.00 (1.15 x)</td><td>400.00 (1.15 x)</td><td>500.00 (0.92 x)</td>"),
+            "{t}"
+        );
+        assert_eq!(peer_table(&fig, &lines, &[]), "");
+    }
+
+    #[test]
+    fn the_peers_study_variants_are_drawn_in_its_figures_only() {
+        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/report-results-peers.json");
+        let mut results: Results = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+        let mut other = results.plan.studies[0].clone();
+        other.id = "fdr-edr".into();
+        let fig = &results.plan.studies[0].figures[0];
+        let mine = peers_of(&results, &results.plan.studies[0], fig).len();
+        let theirs = peers_of(&results, &other, fig);
+        assert!(theirs.iter().all(|p| p.study.is_none() && p.rails == PeerRails::All), "{theirs:?}");
+        assert!(mine > theirs.len() && !theirs.is_empty(), "{mine} vs {}", theirs.len());
+        // A peer of another testbed or metric is not drawn.
+        results.peers.retain(|p| p.testbed.rate != "2gbit" || p.metric != Metric::Bw);
+        assert!(peers_of(&results, &results.plan.studies[0], fig).is_empty());
+    }
+
+    #[test]
+    fn the_model_of_a_line_counts_the_rails_it_uses_at_their_rates() {
+        assert_eq!(testbed_model(&config("pair", 2, "2gbit")), Some(500.0));
+        let mut one = config("one", 2, "2gbit");
+        one.argv.extend(["--testbed-rails".to_string(), "1".to_string()]);
+        assert_eq!(testbed_model(&one), Some(250.0));
+        assert_eq!(testbed_model(&config("unequal", 2, "1gbit,3gbit")), Some(500.0));
+        one.testbed.as_mut().unwrap().rate = "1gbit,3gbit".into();
+        assert_eq!(testbed_model(&one), Some(125.0));
     }
 
     #[test]

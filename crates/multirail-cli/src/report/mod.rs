@@ -213,15 +213,6 @@ struct Job {
     round: u32,
 }
 
-/// Whether a figure of `metric` has a line on testbed `spec`.
-fn plan_shows(plan: &Plan, metric: plan::Metric, spec: &TestbedSpec) -> bool {
-    plan.studies
-        .iter()
-        .flat_map(|s| &s.figures)
-        .filter(|f| f.metric == metric)
-        .any(|f| f.configs.iter().any(|c| c.testbed.as_ref() == Some(spec)))
-}
-
 /// Whether this binary's `testbed up` takes `--bus` (the multi-port setup).
 fn testbed_has_bus() -> bool {
     child::run_env(&["testbed".into(), "up".into(), "--help".into()], &[])
@@ -336,36 +327,17 @@ fn measure(args: &ReportArgs) -> anyhow::Result<i32> {
                     bar.set_message(format!("testbed up {}", spec.describe()));
                     testbed = Some((spec.clone(), Testbed::up(&args.prefix, spec).map_err(|e| format!("{e:#}"))));
                     let is_up = testbed.as_ref().is_some_and(|t| t.1.is_ok());
-                    if is_up && args.peers && peers::which("iperf3").is_some() {
-                        bar.set_message(format!("iperf3 on {}", spec.describe()));
-                        let secs = if args.quick { 2 } else { 5 };
-                        let p = peers::iperf3(&args.prefix, spec, secs);
+                    let jobs =
+                        if is_up && args.peers { peers::jobs(&plan, spec, peers::Tool::installed) } else { vec![] };
+                    for job in &jobs {
+                        let name = format!("{}{} {}", job.tool.name(), job.rails.suffix(), job.metric.test());
+                        bar.set_message(format!("{name} on {}", spec.describe()));
+                        let p = peers::run(job, &args.prefix, spec, args.quick);
                         if let Some(why) = &p.failed {
-                            bar.println(format!("# iperf3 on {} failed: {why}", spec.describe()));
+                            bar.println(format!("# {name} on {} failed: {why}", spec.describe()));
                         }
                         results.peers.push(p);
-                    }
-                    // Per-size peers for the metrics some figure on this testbed shows.
-                    for metric in [plan::Metric::Bw, plan::Metric::Latency] {
-                        if !(is_up && args.peers && plan_shows(&plan, metric, spec)) {
-                            continue;
-                        }
-                        if peers::which("mpirun").is_some() && peers::which("mpicc").is_some() {
-                            bar.set_message(format!("Open MPI {} on {}", metric.test(), spec.describe()));
-                            let p = peers::ompi(&args.prefix, spec, args.quick, metric);
-                            if let Some(why) = &p.failed {
-                                bar.println(format!("# Open MPI on {} failed: {why}", spec.describe()));
-                            }
-                            results.peers.push(p);
-                        }
-                        if peers::which("ucx_perftest").is_some() {
-                            bar.set_message(format!("ucx_perftest {} on {}", metric.test(), spec.describe()));
-                            let p = peers::ucx(&args.prefix, spec, args.quick, metric);
-                            if let Some(why) = &p.failed {
-                                bar.println(format!("# ucx_perftest on {} failed: {why}", spec.describe()));
-                            }
-                            results.peers.push(p);
-                        }
+                        write_all(&args.out, &results)?;
                     }
                 }
                 match testbed.as_ref().map(|t| &t.1) {

@@ -1,13 +1,16 @@
 //! `report --peers`: other tools measured on the same rails, as extra
-//! lines of the figures. Built: iperf3, one TCP stream per rail, all rails
-//! at once, inside the namespaces of the testbed the report brought up
+//! lines of the figures ([`jobs`] decides which, from the plan). iperf3:
+//! one TCP stream per rail, all rails at once (and `--bidir` where a figure
+//! shows bibw), inside the namespaces of the testbed the report brought up
 //! (server in host1, client in host0, each bound to its rail's address).
-//! UCX: `ucx_perftest -t tag_bw` and `-t tag_lat` (UCX_TLS=tcp over all the
-//! testbed's rails) per message size, server in host1, client in host0.
-//! Open MPI: `bench/mpi/mr_bw` and `mr_pingpong` under mpirun across the
-//! two hosts, ob1 with the tcp BTL over all the rails. Not here (still in
-//! `bench/compare.sh`): bibw of the peers, Open MPI's rail options
-//! (`btl_tcp_links`, bandwidth hints), UCX on one rail.
+//! UCX: `ucx_perftest -t tag_bw` and `-t tag_lat` (UCX_TLS=tcp) per message
+//! size, server in host1, client in host0. Open MPI: `bench/mpi/mr_bw`
+//! (`-b` for bibw), `mr_pingpong` and `mr_mbw_mr` under mpirun across the
+//! two hosts, ob1 with the tcp BTL. Every figure gets the peers over all
+//! its rails; the figures of the `peers` study also get Open MPI's and
+//! UCX's rail variants (rail0 only, `btl_tcp_links=2`, bandwidth hints) and
+//! Open MPI's multi-pair rate: what `bench/compare.sh` measured before it
+//! became a wrapper of `report --study peers`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -16,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-use super::plan::{Metric, TestbedSpec};
+use super::plan::{Metric, Plan, TestbedSpec};
 use crate::child;
 
 /// One peer measurement on one testbed.
@@ -41,10 +44,155 @@ pub struct PeerRun {
     pub points: Vec<(u64, f64)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// Which rails it used and how it was told about them.
+    #[serde(default)]
+    pub rails: PeerRails,
+    /// Drawn only in this study's figures (the variants of the `peers`
+    /// study); none: in every figure of its metric on its testbed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub study: Option<String>,
 }
 
 fn bw() -> Metric {
     Metric::Bw
+}
+
+/// The rails a peer runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerRails {
+    /// Every rail of the testbed (the tool's own multi-rail defaults).
+    #[default]
+    All,
+    /// rail0 alone.
+    First,
+    /// Open MPI: every rail, two TCP connections per rail (btl_tcp_links=2).
+    Links2,
+    /// Open MPI: every rail, told each rail's rate (btl_tcp_bandwidth_railN).
+    Hints,
+    /// Open MPI: every rail, the default btl_tcp_flags without `put` (no
+    /// RDMA-style pipeline for large messages: sends only).
+    NoPut,
+}
+
+impl PeerRails {
+    /// What the label of its line adds: `, rail0 only`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            PeerRails::All => "",
+            PeerRails::First => ", rail0 only",
+            PeerRails::Links2 => ", btl_tcp_links=2",
+            PeerRails::Hints => ", bandwidth hints",
+            PeerRails::NoPut => ", send-only (no put)",
+        }
+    }
+}
+
+/// A peer tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    Iperf3,
+    Ompi,
+    Ucx,
+}
+
+impl Tool {
+    /// Whether it is installed (on PATH).
+    pub fn installed(self) -> bool {
+        match self {
+            Tool::Iperf3 => which("iperf3").is_some(),
+            Tool::Ompi => which("mpirun").is_some() && which("mpicc").is_some(),
+            Tool::Ucx => which("ucx_perftest").is_some(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Iperf3 => "iperf3",
+            Tool::Ompi => "Open MPI",
+            Tool::Ucx => "ucx_perftest",
+        }
+    }
+}
+
+/// One peer measurement the report makes on a testbed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerJob {
+    pub tool: Tool,
+    pub metric: Metric,
+    pub rails: PeerRails,
+    pub study: Option<String>,
+}
+
+/// The study whose figures get the peers' rail variants.
+pub const STUDY: &str = "peers";
+
+/// The peer runs of testbed `spec` for `plan`, in the order they run,
+/// for the tools `installed` says are there. On every testbed iperf3 (the
+/// practical limit), `--bidir` too when a figure on it shows bibw; per
+/// metric a figure on it shows (bw, bibw, latency), Open MPI and UCX (no
+/// bibw test) over all rails. For the figures of the `peers` study also:
+/// Open MPI and UCX on rail0 only (bw, latency; Open MPI bibw too), Open
+/// MPI with btl_tcp_links=2 and with bandwidth hints (bw), send-only (bw,
+/// bibw), Open MPI's mr_mbw_mr (mbw_mr).
+pub fn jobs(plan: &Plan, spec: &TestbedSpec, installed: impl Fn(Tool) -> bool) -> Vec<PeerJob> {
+    let shows = |metric: Metric, study: Option<&str>| {
+        plan.studies
+            .iter()
+            .filter(|s| study.is_none_or(|id| s.id == id))
+            .flat_map(|s| &s.figures)
+            .filter(|f| f.metric == metric)
+            .any(|f| f.configs.iter().any(|c| c.testbed.as_ref() == Some(spec)))
+    };
+    let mut out = Vec::new();
+    let mut add = |tool: Tool, metric: Metric, rails: PeerRails, study: Option<&str>| {
+        if installed(tool) {
+            out.push(PeerJob { tool, metric, rails, study: study.map(String::from) });
+        }
+    };
+    add(Tool::Iperf3, Metric::Bw, PeerRails::All, None);
+    if shows(Metric::Bibw, None) {
+        add(Tool::Iperf3, Metric::Bibw, PeerRails::All, None);
+    }
+    for metric in [Metric::Bw, Metric::Bibw, Metric::Latency] {
+        if shows(metric, None) {
+            add(Tool::Ompi, metric, PeerRails::All, None);
+            if metric != Metric::Bibw {
+                add(Tool::Ucx, metric, PeerRails::All, None);
+            }
+        }
+    }
+    let peers = Some(STUDY);
+    for metric in [Metric::Bw, Metric::Latency] {
+        if shows(metric, peers) {
+            add(Tool::Ompi, metric, PeerRails::First, peers);
+            add(Tool::Ucx, metric, PeerRails::First, peers);
+        }
+    }
+    if shows(Metric::Bw, peers) {
+        add(Tool::Ompi, Metric::Bw, PeerRails::Links2, peers);
+        add(Tool::Ompi, Metric::Bw, PeerRails::Hints, peers);
+        add(Tool::Ompi, Metric::Bw, PeerRails::NoPut, peers);
+    }
+    if shows(Metric::Bibw, peers) {
+        add(Tool::Ompi, Metric::Bibw, PeerRails::First, peers);
+        add(Tool::Ompi, Metric::Bibw, PeerRails::NoPut, peers);
+    }
+    if shows(Metric::MbwMr, peers) {
+        add(Tool::Ompi, Metric::MbwMr, PeerRails::All, peers);
+    }
+    out
+}
+
+/// Measures `job` on testbed `prefix` (described by `spec`).
+pub fn run(job: &PeerJob, prefix: &str, spec: &TestbedSpec, quick: bool) -> PeerRun {
+    let mut r = match job.tool {
+        Tool::Iperf3 => iperf3(prefix, spec, if quick { 2 } else { 5 }, job.metric == Metric::Bibw),
+        Tool::Ucx => ucx(prefix, spec, quick, job.metric, job.rails),
+        Tool::Ompi => ompi(prefix, spec, quick, job.metric, job.rails),
+    };
+    r.study = job.study.clone();
+    r
 }
 
 impl PeerRun {
@@ -53,6 +201,7 @@ impl PeerRun {
     fn measure(
         tool: &str,
         metric: Metric,
+        rails: PeerRails,
         spec: &TestbedSpec,
         what: String,
         fill: impl FnOnce(&mut PeerRun) -> anyhow::Result<()>,
@@ -67,6 +216,8 @@ impl PeerRun {
             total: None,
             points: vec![],
             failed: None,
+            rails,
+            study: None,
         };
         if let Err(e) = fill(&mut run) {
             run.failed = Some(format!("{e:#}"));
@@ -82,40 +233,28 @@ pub fn which(tool: &str) -> Option<PathBuf> {
 
 /// The lines `--peers` prints and puts on the page before measuring.
 pub fn notes(testbed: bool) -> Vec<String> {
-    let mut out = Vec::new();
-    match (which("iperf3"), testbed) {
-        (None, _) => out.push("--peers: iperf3 is not installed: skipped".into()),
-        (Some(_), false) => out.push(
-            "--peers: iperf3 skipped: it runs one stream per rail between testbed hosts, and there is no \
-             --testbed (over loopback its streams would share one interface)"
-                .into(),
-        ),
-        (Some(p), true) => out.push(format!(
-            "--peers: iperf3 ({}) measured once per testbed: one TCP stream per rail, all rails at once",
-            p.display()
-        )),
-    }
-    match (which("ucx_perftest"), testbed) {
-        (None, _) => out.push("--peers: ucx_perftest is not installed: skipped".into()),
-        (Some(_), false) => {
-            out.push("--peers: ucx_perftest skipped: it runs between testbed hosts, and there is no --testbed".into())
-        }
-        (Some(p), true) => out.push(format!(
-            "--peers: ucx_perftest ({}) tag_bw and tag_lat measured once per testbed, UCX_TLS=tcp over all its rails",
-            p.display()
-        )),
-    }
-    out.push(match (which("mpirun"), which("mpicc"), testbed) {
-        (None, _, _) | (_, None, _) => "--peers: Open MPI (mpirun and mpicc) is not installed: skipped".into(),
-        (Some(_), Some(_), false) => {
-            "--peers: Open MPI skipped: it runs between testbed hosts, and there is no --testbed".into()
-        }
-        (Some(p), Some(_), true) => format!(
-            "--peers: Open MPI ({}) bench/mpi/mr_bw and mr_pingpong measured once per testbed: ob1, tcp BTL over all its rails",
-            p.display()
-        ),
-    });
-    out
+    let what = [
+        (Tool::Iperf3, "iperf3", "one TCP stream per rail, all rails at once (and --bidir where a figure shows bibw)"),
+        (Tool::Ucx, "ucx_perftest", "tag_bw and tag_lat per size, UCX_TLS=tcp"),
+        (Tool::Ompi, "mpirun", "bench/mpi/mr_bw (-b for bibw), mr_pingpong and mr_mbw_mr, ob1 + tcp BTL"),
+    ];
+    what.into_iter()
+        .map(|(tool, exe, how)| match (tool.installed(), testbed) {
+            (false, _) if tool == Tool::Ompi => {
+                "--peers: Open MPI (mpirun and mpicc) is not installed: skipped".to_string()
+            }
+            (false, _) => format!("--peers: {exe} is not installed: skipped"),
+            (true, false) => format!(
+                "--peers: {} skipped: it runs between testbed hosts (one address per rail), and there is no --testbed",
+                tool.name()
+            ),
+            (true, true) => format!(
+                "--peers: {} ({}) measured once per testbed: {how}",
+                tool.name(),
+                which(exe).map(|p| p.display().to_string()).unwrap_or_default()
+            ),
+        })
+        .collect()
 }
 
 /// host0's and host1's namespaces and, per rail, its address in each.
@@ -184,28 +323,37 @@ fn spawn(argv: &[String], stdout: bool, what: &str) -> anyhow::Result<Child> {
         .with_context(|| format!("starting {what}"))
 }
 
-/// The received rate of an iperf3 `-J` report, MB/s.
-pub fn iperf3_rate(json: &str) -> anyhow::Result<f64> {
+/// The received rate of an iperf3 `-J` report, MB/s; with `--bidir`
+/// (`bidir`), both directions' received rates added.
+pub fn iperf3_rate(json: &str, bidir: bool) -> anyhow::Result<f64> {
     let v: serde_json::Value = serde_json::from_str(json).context("reading iperf3 -J")?;
-    let bits = v["end"]["sum_received"]["bits_per_second"].as_f64().context("no end.sum_received in iperf3 -J")?;
+    let mut bits = v["end"]["sum_received"]["bits_per_second"].as_f64().context("no end.sum_received in iperf3 -J")?;
+    if bidir {
+        bits += v["end"]["sum_received_bidir_reverse"]["bits_per_second"]
+            .as_f64()
+            .context("no end.sum_received_bidir_reverse in iperf3 -J (--bidir needs iperf3 3.7 or later)")?;
+    }
     Ok(bits / 8.0 / 1e6)
 }
 
 const PORT: u16 = 5201;
 
 /// iperf3 on the testbed `prefix` (described by `spec`): one stream per
-/// rail for `secs` seconds, all at once.
-pub fn iperf3(prefix: &str, spec: &TestbedSpec, secs: u32) -> PeerRun {
+/// rail for `secs` seconds, all at once; with `bidir`, each stream both
+/// ways at once (`--bidir`, for the bibw figures).
+pub fn iperf3(prefix: &str, spec: &TestbedSpec, secs: u32, bidir: bool) -> PeerRun {
+    let (metric, how) = if bidir { (Metric::Bibw, " --bidir (both directions counted)") } else { (Metric::Bw, "") };
     PeerRun::measure(
         "iperf3",
-        Metric::Bw,
+        metric,
+        PeerRails::All,
         spec,
-        format!("iperf3, {} TCP stream(s), one per rail, {secs} s", spec.rails),
-        |run| iperf3_into(run, prefix, secs),
+        format!("iperf3{how}, {} TCP stream(s), one per rail, {secs} s", spec.rails),
+        |run| iperf3_into(run, prefix, secs, bidir),
     )
 }
 
-fn iperf3_into(run: &mut PeerRun, prefix: &str, secs: u32) -> anyhow::Result<()> {
+fn iperf3_into(run: &mut PeerRun, prefix: &str, secs: u32, bidir: bool) -> anyhow::Result<()> {
     let Hosts { ns0, ns1, rails } = addresses(prefix)?;
     let show = |v: &[String]| v.join(" ");
     let mut servers = Vec::new();
@@ -232,17 +380,20 @@ fn iperf3_into(run: &mut PeerRun, prefix: &str, secs: u32) -> anyhow::Result<()>
         for (r, (a0, a1)) in rails.iter().enumerate() {
             let port = (PORT + r as u16).to_string();
             let t = secs.to_string();
-            let argv: Vec<String> =
+            let mut argv: Vec<String> =
                 ["ip", "netns", "exec", &ns0, "iperf3", "-c", a1, "-B", a0, "-p", &port, "-t", &t, "-J"]
                     .map(String::from)
                     .to_vec();
+            if bidir {
+                argv.push("--bidir".into());
+            }
             run.commands.push(show(&argv));
             clients.push(spawn(&argv, true, "iperf3 -c")?);
         }
         let limit = Duration::from_secs(u64::from(secs) + 20);
         for (r, c) in clients.into_iter().enumerate() {
             let out = wait(c, limit).with_context(|| format!("iperf3 -c on rail {r}"))?;
-            run.per_rail.push(iperf3_rate(&out).with_context(|| format!("rail {r}"))?);
+            run.per_rail.push(iperf3_rate(&out, bidir).with_context(|| format!("rail {r}"))?);
         }
         run.total = Some(run.per_rail.iter().sum());
         Ok(())
@@ -257,15 +408,29 @@ fn iperf3_into(run: &mut PeerRun, prefix: &str, secs: u32) -> anyhow::Result<()>
     result
 }
 
-/// Sizes of the UCX runs, and the messages sent at each (fewer for large
-/// messages: about 128 MiB, or 512 MiB without --quick, per size).
-pub fn ucx_sizes(quick: bool) -> Vec<(u64, u64)> {
-    let (sizes, budget, most): (&[u64], u64, u64) = if quick {
-        (&[8, 64 << 10, 1 << 20], 128 << 20, 320)
+/// Sizes of the UCX runs, and the messages sent at each: about 128 MiB
+/// (512 MiB without --quick) per size, at least 64 and at most 1280
+/// messages above 16 KiB, 20000 at and below (a window of tiny messages
+/// goes by in microseconds). Bandwidth without --quick adds the small
+/// sizes of issue 9's message-rate table (1 B to 16 KiB).
+pub fn ucx_sizes(quick: bool, metric: Metric) -> Vec<(u64, u64)> {
+    let (sizes, budget): (&[u64], u64) = if quick {
+        (&[8, 64 << 10, 1 << 20], 128 << 20)
+    } else if metric == Metric::Bw {
+        (&[1, 8, 64, 512, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 64 << 10, 1 << 20, 4 << 20], 512 << 20)
     } else {
-        (&[8, 1 << 10, 64 << 10, 1 << 20, 4 << 20], 512 << 20, 1280)
+        (&[8, 1 << 10, 64 << 10, 1 << 20, 4 << 20], 512 << 20)
     };
-    sizes.iter().map(|&s| (s, (budget / s).clamp(64, most))).collect()
+    let most = |s: u64| {
+        if s <= 16 << 10 {
+            20_000
+        } else if quick {
+            320
+        } else {
+            1280
+        }
+    };
+    sizes.iter().map(|&s| (s, (budget / s).clamp(64, most(s)))).collect()
 }
 
 /// The overall bandwidth of a `ucx_perftest -f` report, MB/s (it prints
@@ -295,30 +460,31 @@ pub fn ucx_latency(out: &str) -> anyhow::Result<f64> {
 }
 
 /// `ucx_perftest -t tag_bw` (bw) or `-t tag_lat` (latency) per size on
-/// testbed `prefix`.
-pub fn ucx(prefix: &str, spec: &TestbedSpec, quick: bool, metric: Metric) -> PeerRun {
+/// testbed `prefix`, over all its rails or rail0 alone.
+pub fn ucx(prefix: &str, spec: &TestbedSpec, quick: bool, metric: Metric, rails: PeerRails) -> PeerRun {
     let test = if metric == Metric::Latency { "tag_lat" } else { "tag_bw" };
-    PeerRun::measure(
-        "ucx_perftest",
-        metric,
-        spec,
-        format!("UCX {test}, UCX_TLS=tcp over {} rail(s), UCX_MAX_RNDV_RAILS={}", spec.rails, spec.rails),
-        |run| ucx_into(run, prefix, quick),
-    )
+    let over = if rails == PeerRails::First {
+        "rail0 only (UCX_NET_DEVICES=rail0)".to_string()
+    } else {
+        format!("{} rail(s), UCX_MAX_RNDV_RAILS={}", spec.rails, spec.rails)
+    };
+    PeerRun::measure("ucx_perftest", metric, rails, spec, format!("UCX {test}, UCX_TLS=tcp over {over}"), |run| {
+        ucx_into(run, prefix, quick)
+    })
 }
 
 fn ucx_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> {
     let Hosts { ns0, ns1, rails } = addresses(prefix)?;
-    let devices: Vec<String> = (0..rails.len()).map(|r| format!("rail{r}")).collect();
-    let env: Vec<String> = vec![
-        "env".into(),
-        "UCX_TLS=tcp".into(),
-        format!("UCX_NET_DEVICES={}", devices.join(",")),
-        format!("UCX_MAX_RNDV_RAILS={}", rails.len()),
-    ];
+    let used = if run.rails == PeerRails::First { 1 } else { rails.len() };
+    let devices: Vec<String> = (0..used).map(|r| format!("rail{r}")).collect();
+    let mut env: Vec<String> =
+        vec!["env".into(), "UCX_TLS=tcp".into(), format!("UCX_NET_DEVICES={}", devices.join(","))];
+    if used > 1 {
+        env.push(format!("UCX_MAX_RNDV_RAILS={used}"));
+    }
     let latency = run.metric == Metric::Latency;
     let test = if latency { "tag_lat" } else { "tag_bw" };
-    for (k, (size, n)) in ucx_sizes(quick).into_iter().enumerate() {
+    for (k, (size, n)) in ucx_sizes(quick, run.metric).into_iter().enumerate() {
         // Round trips are cheap: as many as OSU's latency test makes.
         let n = if latency { if quick { 100 } else { 1000 } } else { n };
         let port = (UCX_PORT + k as u16).to_string();
@@ -368,33 +534,108 @@ fn bench_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench"))
 }
 
-/// The OSU-style `SIZE VALUE` lines of mr_bw's output.
+/// The OSU-style `SIZE VALUE [MESSAGES/S]` lines of mr_bw's, mr_pingpong's
+/// or mr_mbw_mr's output. With a messages/s column (mr_bw -m, mr_mbw_mr),
+/// MB/s comes from it: its digits survive at 1 B, where MB/s has two.
 pub fn osu_points(out: &str) -> Vec<(u64, f64)> {
     out.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let size = w.next()?.parse().ok()?;
-            let value = w.next()?.parse().ok()?;
-            w.next().is_none().then_some((size, value))
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let size: u64 = w.first()?.parse().ok()?;
+            match w[1..] {
+                [v] => Some((size, v.parse().ok()?)),
+                [_, m] => Some((size, size as f64 * m.parse::<f64>().ok()? / 1e6)),
+                _ => None,
+            }
         })
         .collect()
 }
 
-/// Open MPI's `mr_bw` (bw) or `mr_pingpong` (latency), ob1 + tcp BTL
-/// over every rail, on testbed `prefix`.
-pub fn ompi(prefix: &str, spec: &TestbedSpec, quick: bool, metric: Metric) -> PeerRun {
-    let what = if metric == Metric::Latency {
-        format!("Open MPI bench/mpi/mr_pingpong, ob1 + tcp BTL over {} rail(s)", spec.rails)
-    } else {
-        format!("Open MPI bench/mpi/mr_bw, ob1 + tcp BTL over {} rail(s), window 64", spec.rails)
-    };
-    PeerRun::measure("Open MPI", metric, spec, what, |run| ompi_into(run, prefix, quick))
+/// Every rail's rate in Mbit/s for btl_tcp_bandwidth_railN, from the
+/// testbed's `--rate` (one rate for all rails, or one per rail).
+pub fn mbit_per_rail(spec: &TestbedSpec) -> anyhow::Result<Vec<u64>> {
+    let rates: Vec<&str> = spec.rate.split(',').collect();
+    (0..spec.rails)
+        .map(|r| {
+            let text = if rates.len() == 1 { rates[0] } else { rates.get(r).copied().unwrap_or_default() };
+            let bytes = multirail_perf::model::parse_rate(text)?;
+            Ok((bytes * 8.0 / 1e6).round() as u64)
+        })
+        .collect()
 }
 
-fn ompi_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()> {
+/// The MCA parameters that pick the rails of an Open MPI run.
+pub fn ompi_rails(spec: &TestbedSpec, rails: PeerRails) -> anyhow::Result<Vec<(String, String)>> {
+    let all: Vec<String> = (0..spec.rails).map(|r| format!("rail{r}")).collect();
+    let mut mca = vec![(
+        "btl_tcp_if_include".to_string(),
+        if rails == PeerRails::First { "rail0".into() } else { all.join(",") },
+    )];
+    match rails {
+        PeerRails::All | PeerRails::First => {}
+        PeerRails::Links2 => mca.push(("btl_tcp_links".into(), "2".into())),
+        // Open MPI 4.1's default btl_tcp_flags, without put.
+        PeerRails::NoPut => mca.push(("btl_tcp_flags".into(), "send,inplace,need-ack,need-csum,hetero-rdma".into())),
+        PeerRails::Hints => {
+            for (r, m) in mbit_per_rail(spec)?.into_iter().enumerate() {
+                mca.push((format!("btl_tcp_bandwidth_rail{r}"), m.to_string()));
+            }
+        }
+    }
+    Ok(mca)
+}
+
+/// The program, its arguments and the ranks per host of an Open MPI run of
+/// `metric`. mbw_mr: 2 pairs, ranks 0-1 in host0 sending to ranks 2-3 in
+/// host1, at [`super::plan::MBW_SIZES`].
+fn ompi_program(metric: Metric, quick: bool) -> (&'static str, Vec<String>, usize) {
+    let a = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    match (metric, quick) {
+        // mr_pingpong's own counts (OSU's) without --quick.
+        (Metric::Latency, true) => ("mr_pingpong", a(&["-s", "8,64K,1M", "-i", "100", "-w", "10"]), 1),
+        (Metric::Latency, false) => ("mr_pingpong", a(&["-s", "1:4M"]), 1),
+        (Metric::MbwMr, true) => ("mr_mbw_mr", a(&["-p", "2", "-s", super::plan::MBW_QUICK, "-i", "5", "-w", "1"]), 2),
+        (Metric::MbwMr, false) => ("mr_mbw_mr", a(&["-p", "2", "-s", super::plan::MBW_SIZES]), 2),
+        (m, quick) => {
+            let mut v = if m == Metric::Bibw { a(&["-b"]) } else { vec![] };
+            v.extend(a(if quick {
+                &["-m", "-s", "8,64K,1M", "-i", "5", "-w", "1", "-W", "64"]
+            } else {
+                &["-m", "-s", "1:4M", "-i", "20", "-w", "2", "-W", "64"]
+            }));
+            ("mr_bw", v, 1)
+        }
+    }
+}
+
+/// Open MPI's `mr_bw` (bw; `-b` for bibw), `mr_pingpong` (latency) or
+/// `mr_mbw_mr` (mbw_mr), ob1 + tcp BTL over `rails`, on testbed `prefix`.
+pub fn ompi(prefix: &str, spec: &TestbedSpec, quick: bool, metric: Metric, rails: PeerRails) -> PeerRun {
+    let (name, _, per_host) = ompi_program(metric, quick);
+    let over = if rails == PeerRails::First { "rail0 only".to_string() } else { format!("{} rail(s)", spec.rails) };
+    let how = match rails {
+        PeerRails::Links2 => ", btl_tcp_links=2",
+        PeerRails::Hints => ", btl_tcp_bandwidth_railN = each rail's rate",
+        PeerRails::NoPut => ", btl_tcp_flags without put (send-only)",
+        _ => "",
+    };
+    let what = match metric {
+        Metric::Bibw => format!("Open MPI bench/mpi/mr_bw -b, ob1 + tcp BTL over {over}{how}, window 64"),
+        Metric::Bw => format!("Open MPI bench/mpi/mr_bw, ob1 + tcp BTL over {over}{how}, window 64"),
+        Metric::MbwMr => format!(
+            "Open MPI bench/mpi/mr_mbw_mr, {per_host} pairs (ranks 0-{} in host0 send to host1), ob1 + tcp BTL \
+             over {over}{how}, window 64",
+            per_host - 1
+        ),
+        _ => format!("Open MPI bench/mpi/{name}, ob1 + tcp BTL over {over}{how}"),
+    };
+    PeerRun::measure("Open MPI", metric, rails, spec, what, |run| ompi_into(run, spec, prefix, quick))
+}
+
+fn ompi_into(run: &mut PeerRun, spec: &TestbedSpec, prefix: &str, quick: bool) -> anyhow::Result<()> {
     let bench = bench_dir();
-    let name = if run.metric == Metric::Latency { "mr_pingpong" } else { "mr_bw" };
+    let (name, args, per_host) = ompi_program(run.metric, quick);
     let (src, agent) = (bench.join(format!("mpi/{name}.c")), bench.join("lib/netns-agent"));
     if !src.is_file() || !agent.is_file() {
         bail!("{} or {} not found: this multirail was not built from a source tree", src.display(), agent.display());
@@ -410,32 +651,32 @@ fn ompi_into(run: &mut PeerRun, prefix: &str, quick: bool) -> anyhow::Result<()>
         bail!("mpicc failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     let Hosts { ns0, rails, .. } = addresses(prefix)?;
-    let ifs: Vec<String> = (0..rails.len()).map(|r| format!("rail{r}")).collect();
-    let args: Vec<String> = if run.metric == Metric::Latency {
-        // mr_pingpong's own counts (OSU's) without --quick.
-        let a: &[&str] = if quick { &["-s", "8,64K,1M", "-i", "100", "-w", "10"] } else { &["-s", "1:4M"] };
-        a.iter().map(|s| s.to_string()).collect()
-    } else if quick {
-        ["-s", "8,64K,1M", "-i", "5", "-w", "1", "-W", "64"].map(String::from).to_vec()
-    } else {
-        ["-s", "1:4M", "-i", "20", "-w", "2", "-W", "64"].map(String::from).to_vec()
-    };
     let p = prog.to_string_lossy().into_owned();
     let mut argv: Vec<String> = vec!["env".into(), format!("MR_NETNS_PREFIX={prefix}"), "ip".into(), "netns".into()];
     argv.extend(["exec".into(), ns0, "mpirun".into(), "--allow-run-as-root".into(), "--bind-to".into(), "none".into()]);
-    for (k, v) in [
-        ("plm_rsh_agent", agent.to_string_lossy().into_owned()),
-        ("oob_tcp_if_include", "rail0".to_string()),
-        ("pml", "ob1".into()),
-        ("btl", "tcp,self".into()),
-        ("btl_tcp_if_include", ifs.join(",")),
-    ] {
-        argv.extend(["--mca".into(), k.into(), v]);
+    let mut mca: Vec<(String, String)> = vec![
+        ("plm_rsh_agent".into(), agent.to_string_lossy().into_owned()),
+        ("oob_tcp_if_include".into(), "rail0".into()),
+        ("pml".into(), "ob1".into()),
+        ("btl".into(), "tcp,self".into()),
+    ];
+    mca.extend(ompi_rails(spec, run.rails)?);
+    if per_host > 1 {
+        // More ranks than this machine may have CPUs: busy-polling ranks
+        // yield, as Open MPI does itself when it knows it is oversubscribed.
+        mca.push(("mpi_yield_when_idle".into(), "1".into()));
     }
-    argv.extend(["-np".into(), "1".into(), "-H".into(), rails[0].0.clone(), p.clone()]);
-    argv.extend(args.iter().cloned());
-    argv.extend([":".into(), "-np".into(), "1".into(), "-H".into(), rails[0].1.clone(), p]);
-    argv.extend(args.iter().cloned());
+    for (k, v) in mca {
+        argv.extend(["--mca".into(), k, v]);
+    }
+    for host in [&rails[0].0, &rails[0].1] {
+        if host != &rails[0].0 {
+            argv.push(":".into());
+        }
+        let h = if per_host > 1 { format!("{host}:{per_host}") } else { host.clone() };
+        argv.extend(["-np".into(), per_host.to_string(), "-H".into(), h, p.clone()]);
+        argv.extend(args.iter().cloned());
+    }
     run.commands.push(argv.join(" "));
     let c = spawn(&argv, true, "mpirun")?;
     let out = wait(c, Duration::from_secs(300)).with_context(|| format!("mpirun {name}"))?;
@@ -454,14 +695,103 @@ mod tests {
     #[test]
     fn iperf3_json_gives_received_megabytes() {
         let j = r#"{"start":{},"end":{"sum_sent":{"bits_per_second":2.1e9},"sum_received":{"bits_per_second":2.0e9}}}"#;
-        assert_eq!(iperf3_rate(j).unwrap(), 250.0);
-        assert!(iperf3_rate(r#"{"error":"unable to connect"}"#).is_err());
+        assert_eq!(iperf3_rate(j, false).unwrap(), 250.0);
+        assert!(iperf3_rate(j, true).is_err(), "no reverse direction in a one-way report");
+        assert!(iperf3_rate(r#"{"error":"unable to connect"}"#, false).is_err());
+        let b = r#"{"end":{"sum_received":{"bits_per_second":1.6e9},"sum_received_bidir_reverse":{"bits_per_second":1.2e9}}}"#;
+        assert_eq!(iperf3_rate(b, true).unwrap(), 350.0);
     }
 
     #[test]
     fn mr_bw_output_in_points() {
         let out = "# rank 0: host vm\n# Size      Bandwidth (MB/s)\n8                       0.95\n65536   337.13\n1048576 329.73\n";
         assert_eq!(osu_points(out), vec![(8, 0.95), (65536, 337.13), (1 << 20, 329.73)]);
+        // -m (and mr_mbw_mr): MB/s from the messages/s column.
+        let m = "# Size  Bandwidth (MB/s)  Messages/s\n1   0.12   123456.78\n8 0.95 118750.00 extra\n";
+        assert_eq!(osu_points(m), vec![(1, 0.12345678)]);
+    }
+
+    #[test]
+    fn open_mpi_is_told_its_rails() {
+        let spec = |rate: &str| TestbedSpec { rails: 2, rate: rate.into(), bus: None };
+        let kv = |v: Vec<(String, String)>| v.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+        let two = spec("2gbit");
+        assert_eq!(kv(ompi_rails(&two, PeerRails::All).unwrap()), "btl_tcp_if_include=rail0,rail1");
+        assert_eq!(kv(ompi_rails(&two, PeerRails::First).unwrap()), "btl_tcp_if_include=rail0");
+        assert_eq!(kv(ompi_rails(&two, PeerRails::Links2).unwrap()), "btl_tcp_if_include=rail0,rail1 btl_tcp_links=2");
+        assert_eq!(
+            kv(ompi_rails(&spec("1gbit,3gbit"), PeerRails::Hints).unwrap()),
+            "btl_tcp_if_include=rail0,rail1 btl_tcp_bandwidth_rail0=1000 btl_tcp_bandwidth_rail1=3000"
+        );
+        assert_eq!(mbit_per_rail(&spec("3500mbit")).unwrap(), [3500, 3500]);
+        assert!(mbit_per_rail(&spec("fast")).is_err());
+        let (prog, args, per_host) = ompi_program(Metric::MbwMr, false);
+        assert_eq!((prog, args.join(" "), per_host), ("mr_mbw_mr", "-p 2 -s 8,512,4K,64K,1M".to_string(), 2));
+        let (prog, args, _) = ompi_program(Metric::Bibw, true);
+        assert_eq!((prog, args.join(" ").as_str()), ("mr_bw", "-b -m -s 8,64K,1M -i 5 -w 1 -W 64"));
+    }
+
+    #[test]
+    fn peers_follow_the_figures_of_each_testbed() {
+        use clap::Parser;
+        let plan = |extra: &[&str]| {
+            let mut argv = vec!["multirail", "report", "--out", "/tmp/x", "--testbed", "--peers"];
+            argv.extend_from_slice(extra);
+            match crate::cli::Cli::parse_from(argv).command {
+                crate::cli::Command::Report(a) => super::super::plan::plan(&a),
+                _ => unreachable!(),
+            }
+        };
+        let spec = |rate: &str| TestbedSpec { rails: 2, rate: rate.into(), bus: None };
+        let short = |js: Vec<PeerJob>| {
+            js.iter()
+                .map(|j| {
+                    format!(
+                        "{}{} {}{}",
+                        j.tool.name(),
+                        j.rails.suffix(),
+                        j.metric.test(),
+                        j.study.as_ref().map_or("", |_| " *")
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let all = |_: Tool| true;
+        // fdr-edr shows latency, bw and bibw on 2 x 1gbit: the peers over all rails.
+        assert_eq!(
+            short(jobs(&plan(&["--study", "fdr-edr"]), &spec("1gbit"), all)),
+            [
+                "iperf3 bw",
+                "iperf3 bibw",
+                "Open MPI bw",
+                "ucx_perftest bw",
+                "Open MPI bibw",
+                "Open MPI latency",
+                "ucx_perftest latency"
+            ]
+        );
+        // The peers study adds its variants (*: drawn only in its figures).
+        let p = plan(&["--study", "peers"]);
+        let two = short(jobs(&p, &spec("2gbit"), all));
+        for v in [
+            "Open MPI, rail0 only bw *",
+            "ucx_perftest, rail0 only latency *",
+            "Open MPI, btl_tcp_links=2 bw *",
+            "Open MPI, bandwidth hints bw *",
+            "Open MPI, send-only (no put) bibw *",
+            "Open MPI, rail0 only bibw *",
+            "Open MPI mbw_mr *",
+        ] {
+            assert!(two.contains(&v.to_string()), "{v} in {two:?}");
+        }
+        // Unequal rails: bw only.
+        let unequal = short(jobs(&p, &spec("1gbit,3gbit"), all));
+        assert!(unequal.contains(&"Open MPI, bandwidth hints bw *".to_string()), "{unequal:?}");
+        assert!(unequal.iter().all(|j| j.contains(" bw")), "{unequal:?}");
+        // A testbed no figure uses gets iperf3 alone; missing tools nothing.
+        assert_eq!(short(jobs(&p, &spec("9gbit"), all)), ["iperf3 bw"]);
+        assert!(jobs(&p, &spec("2gbit"), |_| false).is_empty());
+        assert!(jobs(&p, &spec("2gbit"), |t| t == Tool::Iperf3).iter().all(|j| j.tool == Tool::Iperf3));
     }
 
     #[test]
@@ -472,8 +802,14 @@ mod tests {
         assert!((ucx_rate(out).unwrap() - 221.03 * 1.048576).abs() < 1e-9);
         assert!(ucx_rate("error").is_err());
         assert_eq!(ucx_latency(out).unwrap(), 4524.209);
-        let q = ucx_sizes(true);
-        assert_eq!(q, vec![(8, 320), (65536, 320), (1 << 20, 128)]);
-        assert!(ucx_sizes(false).iter().all(|&(_, n)| (64..=1280).contains(&n)));
+        let q = ucx_sizes(true, Metric::Bw);
+        assert_eq!(q, vec![(8, 20_000), (65536, 320), (1 << 20, 128)]);
+        let full = ucx_sizes(false, Metric::Bw);
+        assert!(full.iter().all(|&(s, n)| (64..=1280).contains(&n) || (s <= 16 << 10 && n == 20_000)), "{full:?}");
+        let sizes: Vec<u64> = full.iter().map(|p| p.0).collect();
+        for s in [1, 64, 512, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 4 << 20] {
+            assert!(sizes.contains(&s), "issue 9's size {s} in {sizes:?}");
+        }
+        assert!(ucx_sizes(false, Metric::Latency).len() < full.len());
     }
 }

@@ -32,11 +32,17 @@ impl TestbedSpec {
         v
     }
 
-    /// `2 x 2gbit` or `2 x 2gbit sharing one 3gbit bus`.
+    /// `2 x 2gbit`, `2 x 2gbit sharing one 3gbit bus`, or with a rate per
+    /// rail `1gbit + 3gbit`.
     pub fn describe(&self) -> String {
+        let rails = if self.rate.contains(',') {
+            self.rate.replace(',', " + ")
+        } else {
+            format!("{} x {}", self.rails, self.rate)
+        };
         match &self.bus {
-            Some(b) => format!("{} x {} sharing one {b} bus", self.rails, self.rate),
-            None => format!("{} x {}", self.rails, self.rate),
+            Some(b) => format!("{rails} sharing one {b} bus"),
+            None => rails,
         }
     }
 }
@@ -125,6 +131,14 @@ pub const UDAPL_BUS: &str = "3gbit";
 /// The fdr-edr study's slower and faster rail sets (2 rails each).
 pub const SLOWER_SET: &str = "1gbit";
 pub const FASTER_SET: &str = "3gbit";
+/// The peers study's rails (as bench/compare.sh's default), and its
+/// unequal pair.
+pub const PEER_RAILS: &str = "2gbit";
+pub const UNEQUAL_RAILS: &str = "1gbit,3gbit";
+/// The multi-pair message sizes of the peers study (and of Open MPI's
+/// mr_mbw_mr beside it), without and with --quick.
+pub const MBW_SIZES: &str = "8,512,4K,64K,1M";
+pub const MBW_QUICK: &str = "8,64K";
 
 /// Where a configuration's ranks run.
 struct Where<'a> {
@@ -380,6 +394,87 @@ fn cbr(args: &ReportArgs) -> Study {
     }
 }
 
+fn peers(args: &ReportArgs) -> Study {
+    let w = Where { args };
+    let two = format!("2 x {PEER_RAILS}");
+    // One rail: the first of the same testbed (so the peers' rail0-only
+    // runs share it), or one loopback rail.
+    let one = || {
+        if args.testbed {
+            (w.rails(2, PEER_RAILS, None), words(&["--testbed-rails", "1"]))
+        } else {
+            (w.rails(1, PEER_RAILS, None), vec![])
+        }
+    };
+    let mut figures: Vec<Figure> =
+        [(Metric::Bw, "Bandwidth"), (Metric::Bibw, "Bi-directional bandwidth"), (Metric::Latency, "Latency")]
+            .into_iter()
+            .map(|(metric, name)| {
+                let (at, extra) = one();
+                Figure {
+                    title: format!("{name}: multirail and the peers on {two}"),
+                    metric,
+                    configs: vec![
+                        bench(args, format!("multirail, rail0 only of {two}"), metric, at, &extra),
+                        bench(args, format!("multirail, {two}"), metric, w.rails(2, PEER_RAILS, None), &[]),
+                    ],
+                }
+            })
+            .collect();
+    // Multi-pair: 4 ranks, ranks 0-1 send to ranks 2-3 (block: across the
+    // hosts), at a few sizes: OSU's 100 windows of 64 per size.
+    let (flags, env, testbed) = w.rails(2, PEER_RAILS, None);
+    let mut argv = words(&["bench", "mbw_mr", "--json", "--quiet"]);
+    argv.extend(flags);
+    if args.quick {
+        argv.extend(words(&["--sizes", MBW_QUICK, "--iterations", "5", "--warmup", "1"]));
+    } else {
+        argv.extend(words(&["--sizes", MBW_SIZES]));
+    }
+    argv.extend(words(&["--pairs", "2"]));
+    if args.testbed {
+        argv.extend(words(&["--ranks-per-host", "2", "--mapping", "block"]));
+    }
+    let label = if args.testbed { "multirail, 2 pairs across 2 hosts" } else { "multirail, 2 pairs" };
+    figures.push(Figure {
+        title: format!("Multi-pair bandwidth (message rate), 2 pairs on {two}"),
+        metric: Metric::MbwMr,
+        configs: vec![Config { label: label.into(), argv, env, testbed, rounds: rounds(args) }],
+    });
+    if args.testbed {
+        figures.push(Figure {
+            title: "Bandwidth on unequal rails, 1gbit + 3gbit".into(),
+            metric: Metric::Bw,
+            configs: vec![bench(args, "multirail, 1gbit + 3gbit", Metric::Bw, w.rails(2, UNEQUAL_RAILS, None), &[])],
+        });
+    }
+    Study {
+        id: super::peers::STUDY.into(),
+        title: "multirail beside Open MPI, UCX and iperf3 (bench/compare.sh)".into(),
+        question: "Does one multirail channel beat what the libraries HPC users already have, on the same rails? \
+                   Open MPI's ob1 with its tcp BTL stripes large messages over every interface it is given (and \
+                   can open several connections per interface, or weigh interfaces by hints), UCX's tcp \
+                   transport spreads rendezvous over UCX_MAX_RNDV_RAILS, and iperf3's one stream per rail is the \
+                   practical limit of the links. Here: bandwidth, bi-directional bandwidth, latency and the \
+                   2-pair message rate of multirail on one rail and on all rails, against each of them on one \
+                   rail and on all rails; then the same on two unequal rails."
+            .into(),
+        setup: if args.testbed {
+            setup(
+                args,
+                format!(
+                    "2 rails at {PEER_RAILS} (the one-rail lines use rail0 of the same testbed: \
+                     bench --testbed-rails 1, UCX_NET_DEVICES=rail0, btl_tcp_if_include rail0), then 2 rails at \
+                     1gbit and 3gbit; the peers run with --peers only"
+                ),
+            )
+        } else {
+            format!("{LOOPBACK} The peers need --testbed (an address per rail): with loopback only multirail runs.")
+        },
+        figures,
+    }
+}
+
 /// The studies `--study` selects, in the order of the page.
 pub fn plan(args: &ReportArgs) -> Plan {
     let all = args.study == StudyName::All;
@@ -395,6 +490,11 @@ pub fn plan(args: &ReportArgs) -> Plan {
     }
     if all || args.study == StudyName::Cbr {
         studies.push(cbr(args));
+    }
+    // `all` takes the peers study only with --peers: without the peers it
+    // would repeat the other studies' lines.
+    if (all && args.peers) || args.study == StudyName::Peers {
+        studies.push(peers(args));
     }
     Plan { testbed: args.testbed, quick: args.quick, prefix: args.prefix.clone(), studies }
 }
@@ -540,6 +640,42 @@ mod tests {
         );
         // No placement on loopback: one host.
         assert_eq!(study(&plan(&args(&["--study", "cbr"])), "cbr").figures.len(), 1);
+    }
+
+    #[test]
+    fn peers_study_on_the_testbed_and_only_with_peers_in_all() {
+        let p = plan(&args(&["--study", "peers", "--testbed"]));
+        let s = study(&p, "peers");
+        let metrics: Vec<Metric> = s.figures.iter().map(|f| f.metric).collect();
+        assert_eq!(metrics, [Metric::Bw, Metric::Bibw, Metric::Latency, Metric::MbwMr, Metric::Bw]);
+        let bw = &s.figures[0].configs;
+        assert_eq!(
+            argv(&bw[0]),
+            "bench bw --json --quiet --testbed --testbed-prefix rpt --sizes 1:4M --testbed-rails 1"
+        );
+        assert_eq!(bw[0].testbed, bw[1].testbed, "one rail is rail0 of the same testbed");
+        assert_eq!(
+            argv(&s.figures[3].configs[0]),
+            "bench mbw_mr --json --quiet --testbed --testbed-prefix rpt --sizes 8,512,4K,64K,1M --pairs 2 \
+             --ranks-per-host 2 --mapping block"
+        );
+        let unequal = s.figures[4].configs[0].testbed.as_ref().unwrap();
+        assert_eq!(unequal.rate, "1gbit,3gbit");
+        assert_eq!(unequal.describe(), "1gbit + 3gbit");
+        assert_eq!(bw[1].testbed.as_ref().unwrap().describe(), "2 x 2gbit");
+        // Loopback: one rail is one loopback rail; no unequal rails.
+        let p = plan(&args(&["--study", "peers", "--quick"]));
+        let s = study(&p, "peers");
+        assert_eq!(s.figures.len(), 4);
+        assert!(
+            argv(&s.figures[0].configs[0]).contains("--rails tcp:127.0.0.1 "),
+            "{}",
+            argv(&s.figures[0].configs[0])
+        );
+        assert!(argv(&s.figures[3].configs[0]).contains("--sizes 8,64K --iterations 5 --warmup 1 --pairs 2"));
+        // `all`: the peers study with --peers only.
+        assert!(!plan(&args(&[])).studies.iter().any(|s| s.id == "peers"));
+        assert_eq!(plan(&args(&["--peers"])).studies.last().unwrap().id, "peers");
     }
 
     #[test]
