@@ -189,20 +189,27 @@ fn report_quick_fdr_edr_on_loopback() {
     assert!(page.contains("rates cannot be shaped"));
 }
 
-/// The peers of a recorded `--testbed --quick --peers` run
-/// (tests/data/report-results-testbed.json, a test fixture).
-#[test]
-fn page_with_testbeds_and_peers() {
-    let dir = scratch("testbed");
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-results-testbed.json");
+/// Renders tests/data/report-results-NAME.json into a scratch directory:
+/// the directory, the page and the recorded results.
+fn render_recorded(name: &str) -> (PathBuf, String, Value) {
+    let dir = scratch(name);
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/report-results-{name}.json"));
     let o = run(
         &mut multirail(&["report", "--from", fixture.to_str().unwrap(), "--out", dir.to_str().unwrap()]),
-        "report --from (testbed)",
+        &format!("report --from ({name})"),
         Duration::from_secs(60),
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
     let results: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    (dir, page, results)
+}
+
+/// The peers of a recorded `--testbed --quick --peers` run
+/// (tests/data/report-results-testbed.json, a test fixture).
+#[test]
+fn page_with_testbeds_and_peers() {
+    let (dir, page, results) = render_recorded("testbed");
     assert!(page.contains("<h2 id=\"peers\">Peers</h2>"));
     assert!(page.contains("emulated clusters (multirail testbed, prefix rpt)"));
     // The skipped multi-port half says why, in the notes and at its command.
@@ -239,16 +246,7 @@ fn page_with_testbeds_and_peers() {
 /// the table beside the line over as many rails, with the ratio.
 #[test]
 fn peers_study_tables_hold_each_peer_against_its_counterpart() {
-    let dir = scratch("peers");
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/report-results-peers.json");
-    let o = run(
-        &mut multirail(&["report", "--from", fixture.to_str().unwrap(), "--out", dir.to_str().unwrap()]),
-        "report --from (peers)",
-        Duration::from_secs(60),
-    );
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
-    let results: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let (dir, page, results) = render_recorded("peers");
     assert!(page.contains("id=\"study-peers\""));
     for n in 1..=5 {
         assert!(dir.join(format!("fig-peers-{n}.svg")).is_file(), "figure {n}");
