@@ -399,15 +399,7 @@ mod tests {
 
     #[test]
     fn rounds_interleave_and_testbeds_group() {
-        use clap::Parser;
-        let parse = |extra: &[&str]| {
-            let mut argv = vec!["multirail", "report", "--out", "/tmp/x", "--study", "fdr-edr"];
-            argv.extend_from_slice(extra);
-            match crate::cli::Cli::parse_from(argv).command {
-                crate::cli::Command::Report(a) => plan::plan(&a),
-                _ => unreachable!(),
-            }
-        };
+        let parse = |extra: &[&str]| plan::plan(&plan::test_args(&[&["--study", "fdr-edr"], extra].concat()));
         let short = |js: &[Job]| js.iter().map(|j| (j.figure, j.config, j.round)).collect::<Vec<_>>();
         // Loopback: round 1 of every line, then round 2, then round 3.
         let js = jobs(&parse(&[]));

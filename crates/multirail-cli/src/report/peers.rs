@@ -733,15 +733,8 @@ mod tests {
 
     #[test]
     fn peers_follow_the_figures_of_each_testbed() {
-        use clap::Parser;
-        let plan = |extra: &[&str]| {
-            let mut argv = vec!["multirail", "report", "--out", "/tmp/x", "--testbed", "--peers"];
-            argv.extend_from_slice(extra);
-            match crate::cli::Cli::parse_from(argv).command {
-                crate::cli::Command::Report(a) => super::super::plan::plan(&a),
-                _ => unreachable!(),
-            }
-        };
+        use super::super::plan::{plan as make_plan, test_args};
+        let plan = |extra: &[&str]| make_plan(&test_args(&[&["--testbed", "--peers"], extra].concat()));
         let spec = |rate: &str| TestbedSpec { rails: 2, rate: rate.into(), bus: None };
         let short = |js: Vec<PeerJob>| {
             js.iter()

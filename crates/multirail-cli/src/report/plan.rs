@@ -499,20 +499,23 @@ pub fn plan(args: &ReportArgs) -> Plan {
     Plan { testbed: args.testbed, quick: args.quick, prefix: args.prefix.clone(), studies }
 }
 
+/// `multirail report --out /tmp/x EXTRA...` parsed, for the report's
+/// tests.
+#[cfg(test)]
+pub fn test_args(extra: &[&str]) -> ReportArgs {
+    use clap::Parser;
+    let mut argv = vec!["multirail", "report", "--out", "/tmp/x"];
+    argv.extend_from_slice(extra);
+    match crate::cli::Cli::parse_from(argv).command {
+        crate::cli::Command::Report(a) => a,
+        _ => unreachable!(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
+    use super::test_args as args;
     use super::*;
-
-    fn args(extra: &[&str]) -> ReportArgs {
-        let mut argv = vec!["multirail", "report", "--out", "/tmp/x"];
-        argv.extend_from_slice(extra);
-        match crate::cli::Cli::parse_from(argv).command {
-            crate::cli::Command::Report(a) => a,
-            _ => unreachable!(),
-        }
-    }
 
     fn study<'a>(p: &'a Plan, id: &str) -> &'a Study {
         p.studies.iter().find(|s| s.id == id).unwrap()
