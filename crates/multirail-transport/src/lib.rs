@@ -163,6 +163,19 @@ pub trait Rail: Send {
     fn arm(&mut self) -> bool {
         false
     }
+    /// The engine says, once, before it first reads a rail that says
+    /// [`Rail::spin_poll`], that it will read the rail on every round
+    /// while it spins and [`arm`](Rail::arm) it before every sleep, so
+    /// a read that finds nothing need not ask the peer for a wake-up (on
+    /// shared memory that request costs a system call per message on
+    /// each side). Without this call the rail arms itself on every empty
+    /// read until the first `arm`.
+    fn engine_arms(&mut self) {}
+    /// How many wake-ups this rail sent its peer (shared memory's doorbell
+    /// writes, each a system call). A diagnostic.
+    fn wakeups_sent(&self) -> u64 {
+        0
+    }
 }
 
 impl Rail for Box<dyn Rail> {
@@ -198,6 +211,12 @@ impl Rail for Box<dyn Rail> {
     }
     fn arm(&mut self) -> bool {
         (**self).arm()
+    }
+    fn engine_arms(&mut self) {
+        (**self).engine_arms()
+    }
+    fn wakeups_sent(&self) -> u64 {
+        (**self).wakeups_sent()
     }
 }
 

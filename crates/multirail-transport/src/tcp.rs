@@ -134,6 +134,12 @@ pub trait ByteStream: Send {
     fn arm(&mut self) -> bool {
         false
     }
+    /// See [`Rail::engine_arms`].
+    fn engine_arms(&mut self) {}
+    /// See [`Rail::wakeups_sent`].
+    fn wakeups_sent(&self) -> u64 {
+        0
+    }
     /// See [`Rail::deadline`]: a stream whose new bytes make no fd
     /// readable at all asks to be looked at again by then.
     fn deadline(&self) -> Option<Instant> {
@@ -527,6 +533,14 @@ impl<S: ByteStream> Rail for StreamRail<S> {
     fn arm(&mut self) -> bool {
         // Bytes read ahead into staging count as something to do.
         self.hi > self.lo || self.stream.arm()
+    }
+
+    fn engine_arms(&mut self) {
+        self.stream.engine_arms()
+    }
+
+    fn wakeups_sent(&self) -> u64 {
+        self.stream.wakeups_sent()
     }
 }
 

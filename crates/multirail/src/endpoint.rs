@@ -497,6 +497,14 @@ impl Endpoint {
             && engine.runs_soon()
     }
 
+    /// How many wake-ups the connections open now sent their peers
+    /// (shared memory's doorbell writes). A diagnostic: a peer that spins
+    /// while it waits needs none.
+    #[doc(hidden)]
+    pub fn wakeups_sent(&self) -> u64 {
+        self.shared.wakeups_sent()
+    }
+
     /// How many times this endpoint wrote to its rails (a `writev` that
     /// moved bytes, any number of frames). A diagnostic: a burst of small
     /// `isend`s leaves in a few writes (write coalescing,

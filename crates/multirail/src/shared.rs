@@ -407,8 +407,10 @@ impl Shared {
     /// Reads from and writes to slot `i` as far as possible without blocking.
     /// Writing is only attempted when there may be something to write: the
     /// core said so (`wake_pending`, also while the frames just read were
-    /// handled), or bytes wait in the rail for the socket.
-    pub fn service(&self, i: usize) -> Serviced {
+    /// handled), or bytes wait in the rail for the socket. `arms`: the
+    /// caller arms spin-polled rails before it sleeps
+    /// ([`multirail_transport::Rail::engine_arms`]).
+    pub fn service(&self, i: usize, arms: bool) -> Serviced {
         let s = &self.slots[i];
         let woken = s.wake_pending.swap(false, Ordering::AcqRel);
         let mut conn = s.lock_conn();
@@ -419,6 +421,9 @@ impl Shared {
             }
         }
         let Some(rail) = conn.as_mut() else { return Serviced::default() };
+        if arms {
+            rail.engine_arms();
+        }
         let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail };
         let (more, received) = match rail.poll_recv(&mut sink) {
             Ok(r) => (r.more, r.frames > 0),
@@ -443,6 +448,11 @@ impl Shared {
             fd: rail.poll_fd(),
             spin: rail.spin_poll(),
         }
+    }
+
+    /// See [`crate::Endpoint::wakeups_sent`].
+    pub fn wakeups_sent(&self) -> u64 {
+        self.slots.iter().map(|s| s.lock_conn().as_ref().map_or(0, |r| r.wakeups_sent())).sum()
     }
 
     /// Before the loop sleeps: arms slot `i`'s rail (see

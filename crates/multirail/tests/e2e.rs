@@ -525,6 +525,28 @@ fn threaded_io_threads_stay_parked_while_a_waiter_spins() {
     println!("IO thread wake-ups in {ROUNDS} round trips: {woke:?}");
 }
 
+/// A polled waiter that spins over shared memory costs its peer no
+/// doorbell: the engine tells the rail up front that it arms it before
+/// sleeping, so reads that find the ring empty ask for no wake-up. Before,
+/// a loop that never slept left every empty read armed, and each 8 B
+/// message cost a doorbell `send` on the writer's side and a `recv` on the
+/// reader's (about one of each per message: 2.5-4 us one-way instead of
+/// 2.4). A waiter preempted past its spin sleeps and is rung legitimately,
+/// so the count is taken up to 5 times and the fewest must be small.
+#[test]
+fn a_spinning_polled_waiter_over_shm_is_never_rung() {
+    const ROUNDS: u64 = 2000;
+    let rung = job(
+        2,
+        |_| builder("shm", Progress::Polled, "*:single"),
+        |ep| fewest_over_ping_pongs(&ep, 100, ROUNDS, ROUNDS / 20, Endpoint::wakeups_sent),
+    );
+    println!("doorbells rung in {ROUNDS} round trips: {rung:?}");
+    for (rank, r) in rung.iter().enumerate() {
+        assert!(*r < ROUNDS / 20, "rank {rank}: rang its peer's doorbell {r} times in {ROUNDS} round trips");
+    }
+}
+
 /// A polled waiter that sleeps (the spin off, as on a host with more
 /// ranks than CPUs) is woken by its peer's message, not found by the next
 /// timer. Over shared memory the loop reads the rings right before it

@@ -625,6 +625,10 @@ impl ByteStream for OfiStream {
         self.ep.wait_fd().is_none().then(|| Instant::now() + POLL_EVERY)
     }
 
+    fn engine_arms(&mut self) {
+        self.engine_arms = true;
+    }
+
     fn arm(&mut self) -> bool {
         let _libfabric = super::lock();
         self.engine_arms = true;

@@ -49,6 +49,8 @@ pub struct ShmStream {
     armed: bool,
     /// Empty reads since the doorbell was last looked at (engine mode).
     empty_reads: u32,
+    /// Doorbells rung (a diagnostic).
+    rung: u64,
     /// Single-copy transfers, as the handshake decided.
     cma: Cma,
     /// Payloads of at least this many bytes are lent (with `cma.lend`).
@@ -161,6 +163,7 @@ impl ShmStream {
             engine_arms: false,
             armed: false,
             empty_reads: 0,
+            rung: 0,
             cma: Cma::default(),
             lend_min: usize::MAX,
         }
@@ -177,6 +180,7 @@ impl ShmStream {
     }
 
     fn ring_peer(&mut self) {
+        self.rung += 1;
         if self.bell.ring().is_err() {
             self.peer_gone = true;
         }
@@ -386,6 +390,14 @@ impl crate::tcp::ByteStream for ShmStream {
         let go_on = self.arm_for_sleep();
         self.armed = !go_on;
         go_on
+    }
+
+    fn engine_arms(&mut self) {
+        self.engine_arms = true;
+    }
+
+    fn wakeups_sent(&self) -> u64 {
+        self.rung
     }
 
     fn lend_min(&self) -> Option<usize> {
@@ -700,6 +712,31 @@ mod tests {
         drop(a);
         assert!(ByteStream::arm(&mut b), "a closed peer: do not sleep");
         assert_eq!(ByteStream::read(&mut b, &mut buf).unwrap(), 0, "clean close: end of stream");
+    }
+
+    /// An engine that says up front that it arms before sleeping
+    /// ([`ByteStream::engine_arms`]) never has its reads arm, from the first
+    /// read on: before this, a loop that spun and never slept kept arming
+    /// on every empty read, and each message cost a doorbell `send` on the
+    /// writer's side and a `recv` draining it on the reader's.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn an_engine_that_arms_before_sleeping_is_never_rung_while_it_spins() {
+        use crate::tcp::ByteStream;
+        let (mut a, mut b) = ShmStream::pair(4096).unwrap();
+        ByteStream::engine_arms(&mut b);
+        let mut buf = [0u8; 64];
+        for i in 0..100u8 {
+            assert_eq!(ByteStream::read(&mut b, &mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+            ByteStream::write_vectored(&mut a, &[IoSlice::new(&[i])]).unwrap();
+            assert!(!rung(&b), "no doorbell while the reader spins");
+            assert_eq!(ByteStream::read(&mut b, &mut buf).unwrap(), 1, "a short read arms nothing either");
+            assert_eq!(buf[0], i);
+        }
+        // Its sleep is still woken: it arms first.
+        assert!(!ByteStream::arm(&mut b), "nothing there: sleep");
+        ByteStream::write_vectored(&mut a, &[IoSlice::new(b"wake")]).unwrap();
+        assert!(rung(&b), "the sleeper is woken");
     }
 
     /// A loop that never sleeps (busy with other rails) still learns of a

@@ -132,7 +132,7 @@ impl Threaded {
             threads.push(t);
             wakers.push(waker);
         }
-        let app = AppLoop { st: PollState::new(Poll::new()?, n, true), epoch: u64::MAX };
+        let app = AppLoop { st: PollState::new(Poll::new()?, n, true, false), epoch: u64::MAX };
         Ok(Threaded { threads, wakers, app: Box::new(Mutex::new(app)), gate, spin })
     }
 
@@ -259,7 +259,8 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
         let mut busy = false;
         for &j in &todo {
             let i = mine[j];
-            let st = shared.service(i);
+            // These threads sleep in epoll without arming first.
+            let st = shared.service(i, false);
             worked = true;
             regs[j].update(poll.registry(), Token(j), &st);
             more[j] = st.more;
