@@ -536,14 +536,15 @@ impl Endpoint {
         self.check_peer(peer)?;
         self.engine()?;
         let small = data.len() <= crate::config::COALESCE_MAX_BYTES;
-        let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
-        if small && self.coalesce(self.engine()?) {
+        let id = if small && self.coalesce(self.engine()?) {
+            let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
             for i in wake {
                 self.shared.defer_slot(i);
             }
+            id
         } else {
-            self.shared.send_now_or_wake(wake);
-        }
+            self.shared.with_core_send(|c, now| c.isend(peer, tag, data, now))
+        };
         Ok(SendRequest { ep: self, id })
     }
 
