@@ -407,10 +407,10 @@ impl Shared {
     /// Reads from and writes to slot `i` as far as possible without blocking.
     /// Writing is only attempted when there may be something to write: the
     /// core said so (`wake_pending`, also while the frames just read were
-    /// handled), or bytes wait in the rail for the socket. `arms`: the
-    /// caller arms spin-polled rails before it sleeps
+    /// handled), or bytes wait in the rail for the socket. Every engine
+    /// arms spin-polled rails before it sleeps
     /// ([`multirail_transport::Rail::engine_arms`]).
-    pub fn service(&self, i: usize, arms: bool) -> Serviced {
+    pub fn service(&self, i: usize) -> Serviced {
         let s = &self.slots[i];
         let woken = s.wake_pending.swap(false, Ordering::AcqRel);
         let mut conn = s.lock_conn();
@@ -421,9 +421,7 @@ impl Shared {
             }
         }
         let Some(rail) = conn.as_mut() else { return Serviced::default() };
-        if arms {
-            rail.engine_arms();
-        }
+        rail.engine_arms();
         let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail };
         let (more, received) = match rail.poll_recv(&mut sink) {
             Ok(r) => (r.more, r.frames > 0),

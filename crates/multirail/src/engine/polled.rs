@@ -62,19 +62,14 @@ pub(super) struct PollState {
     direct: bool,
     /// Spinning rounds since `epoll_wait` last ran.
     skipped: u32,
-    /// This loop arms its spin-polled rails before every sleep (the
-    /// polled engine's; not the threaded engine's waiter, whose IO
-    /// threads sleep without arming).
-    arms: bool,
 }
 
 use super::{TIMER_AFTER_WORK, TIMER_RECHECK};
 
 impl PollState {
     /// The state of a loop over `n` slots that polls `poll`; `spins`: its
-    /// runs are mostly spinning rounds (reads few connections directly);
-    /// `arms`: see [`PollState::arms`].
-    pub(super) fn new(poll: Poll, n: usize, spins: bool, arms: bool) -> PollState {
+    /// runs are mostly spinning rounds (reads few connections directly).
+    pub(super) fn new(poll: Poll, n: usize, spins: bool) -> PollState {
         PollState {
             poll,
             events: Events::with_capacity(64),
@@ -91,7 +86,6 @@ impl PollState {
             is_spin: vec![false; n],
             direct: spins && n <= DIRECT_MAX_SLOTS,
             skipped: 0,
-            arms,
         }
     }
 }
@@ -126,7 +120,7 @@ impl Polled {
         }
         let n = shared.slots.len();
         let lp = Arc::new(Loop {
-            state: Mutex::new(PollState::new(poll, n, !spin.is_zero(), true)),
+            state: Mutex::new(PollState::new(poll, n, !spin.is_zero())),
             waker,
             waiters: AtomicUsize::new(0),
             last_wait: super::LastWait::new(),
@@ -323,7 +317,7 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
 
 /// Services slot `i`; true if frames arrived.
 pub(super) fn service(shared: &Shared, st: &mut PollState, i: usize) -> bool {
-    let s = shared.service(i, st.arms);
+    let s = shared.service(i);
     if s.more && !st.more[i] {
         st.more_list.push(i);
     }

@@ -132,7 +132,7 @@ impl Threaded {
             threads.push(t);
             wakers.push(waker);
         }
-        let app = AppLoop { st: PollState::new(Poll::new()?, n, true, false), epoch: u64::MAX };
+        let app = AppLoop { st: PollState::new(Poll::new()?, n, true), epoch: u64::MAX };
         Ok(Threaded { threads, wakers, app: Box::new(Mutex::new(app)), gate, spin })
     }
 
@@ -216,6 +216,12 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
     let mut events = Events::with_capacity(64);
     let mut regs = vec![Registration::default(); mine.len()];
     let mut more = vec![false; mine.len()];
+    // Slots whose rails are polled by spinning (shared memory, libfabric):
+    // armed before every sleep, since nothing makes their fd readable
+    // otherwise. Not a rail that asks to be looked at by a deadline
+    // instead (libfabric without a wait fd, whose arm refuses a sleep
+    // 1024 times in a row: an idle IO thread would spin).
+    let mut spin = vec![false; mine.len()];
     // Slots (by position in `mine`) to look at: ready, woken, with more
     // to read, or due (held frames of the fault-injecting rail).
     let mut todo: Vec<usize> = Vec::new();
@@ -259,11 +265,11 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
         let mut busy = false;
         for &j in &todo {
             let i = mine[j];
-            // These threads sleep in epoll without arming first.
-            let st = shared.service(i, false);
+            let st = shared.service(i);
             worked = true;
             regs[j].update(poll.registry(), Token(j), &st);
             more[j] = st.more;
+            spin[j] = st.spin && st.deadline.is_none();
             busy |= st.more;
             due.retain(|&(_, x)| x != j);
             if let Some(d) = st.deadline {
@@ -276,6 +282,15 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
         }
         let next_due = due.iter().map(|&(d, _)| d).min();
         let timeout = sleep_for([next_timer, next_due]);
+        // Spin-polled rails ask for a wake-up before the sleep; one that
+        // has something already (or is in another thread's hands) is
+        // looked at again instead.
+        if !timeout.is_zero() {
+            todo.extend((0..mine.len()).filter(|&j| spin[j] && shared.arm(mine[j])));
+            if !todo.is_empty() {
+                continue;
+            }
+        }
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 tracing::error!("epoll failed: {e}");
