@@ -163,11 +163,10 @@ pub trait Rail: Send {
     fn arm(&mut self) -> bool {
         false
     }
-    /// The engine says, before it reads a rail (it may say so before every
-    /// read), that whoever sleeps on the rail [`arm`](Rail::arm)s it first,
-    /// so a read that finds nothing need not ask the peer for a wake-up
-    /// (on shared memory that request costs a system call per message on
-    /// each side). Only rails that say [`Rail::spin_poll`] care. Without
+    /// The engine says, once, before it first reads the rail, that whoever
+    /// sleeps on the rail [`arm`](Rail::arm)s it first, so a read that
+    /// finds nothing need not ask the peer for a wake-up (on shared memory
+    /// that request costs a system call per message on each side). Only rails that say [`Rail::spin_poll`] care. Without
     /// this call such a rail arms itself on every empty read until its
     /// first `arm`.
     fn engine_arms(&mut self) {}

@@ -407,9 +407,7 @@ impl Shared {
     /// Reads from and writes to slot `i` as far as possible without blocking.
     /// Writing is only attempted when there may be something to write: the
     /// core said so (`wake_pending`, also while the frames just read were
-    /// handled), or bytes wait in the rail for the socket. Every engine
-    /// arms spin-polled rails before it sleeps
-    /// ([`multirail_transport::Rail::engine_arms`]).
+    /// handled), or bytes wait in the rail for the socket.
     pub fn service(&self, i: usize) -> Serviced {
         let s = &self.slots[i];
         let woken = s.wake_pending.swap(false, Ordering::AcqRel);
@@ -421,7 +419,6 @@ impl Shared {
             }
         }
         let Some(rail) = conn.as_mut() else { return Serviced::default() };
-        rail.engine_arms();
         let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail };
         let (more, received) = match rail.poll_recv(&mut sink) {
             Ok(r) => (r.more, r.frames > 0),
@@ -639,7 +636,7 @@ impl Shared {
     pub fn install(
         &self,
         i: usize,
-        rail: Box<dyn Rail>,
+        mut rail: Box<dyn Rail>,
         id: ConnId,
         caps: multirail_proto::core::RailCaps,
         credits: u64,
@@ -661,6 +658,8 @@ impl Shared {
             self.parked.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), old));
         }
         s.close_requested.store(false, Ordering::Release);
+        // Both engines arm spin-polled rails before they sleep.
+        rail.engine_arms();
         *conn = Some(rail);
         self.with_core(|c, now| c.rail_up(s.peer, s.rail, caps, credits, now));
         drop(conn);
