@@ -93,6 +93,43 @@ fn wait_ranks(mut children: Vec<Child>, limit: Duration, what: &str) -> Vec<Outp
 /// Runs `exe` as `n` ranks of one job, with `env` added; every rank must
 /// exit 0. Returns rank 0's standard output.
 fn run_job(exe: &Path, n: u32, args: &[&str], env: &[(&str, &str)]) -> String {
+    let what = exe.display().to_string();
+    // The root's port is found free and released before rank 0 binds it,
+    // so another process may take it in between: in a CI run a parallel
+    // test's outgoing connection did (rank 0: "cannot listen on
+    // 127.0.0.1:45781 (MULTIRAIL_ROOT=...): Address already in use").
+    // Only that failure is retried, on a new port, at most twice.
+    let mut outs = start_job(exe, n, args, env);
+    for _ in 0..2 {
+        let err = String::from_utf8_lossy(&outs[0].stderr);
+        if outs[0].status.success() || !(err.contains("MULTIRAIL_ROOT") && err.contains("Address already in use")) {
+            break;
+        }
+        eprintln!("{what}: the root's port was taken before rank 0 bound it; again on another");
+        outs = start_job(exe, n, args, env);
+    }
+    let all: String = outs
+        .iter()
+        .enumerate()
+        .map(|(r, o)| {
+            format!(
+                "\n--- rank {r} ({}):\n{}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+        .collect();
+    for (rank, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "{what}: rank {rank} failed:{all}");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(!out.contains("expected"), "{what}: rank {rank}: {out}");
+    }
+    String::from_utf8_lossy(&outs[0].stdout).into_owned()
+}
+
+/// One attempt of [`run_job`]: `n` ranks on a fresh root port, waited for.
+fn start_job(exe: &Path, n: u32, args: &[&str], env: &[(&str, &str)]) -> Vec<Output> {
     let root = format!("127.0.0.1:{}", free_port());
     let key = multirail::generate_key();
     let children: Vec<Child> = (0..n)
@@ -113,26 +150,7 @@ fn run_job(exe: &Path, n: u32, args: &[&str], env: &[(&str, &str)]) -> String {
             c.spawn().expect("start a rank")
         })
         .collect();
-    let what = exe.display().to_string();
-    let outs = wait_ranks(children, Duration::from_secs(120), &what);
-    let all: String = outs
-        .iter()
-        .enumerate()
-        .map(|(r, o)| {
-            format!(
-                "\n--- rank {r} ({}):\n{}{}",
-                o.status,
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            )
-        })
-        .collect();
-    for (rank, o) in outs.iter().enumerate() {
-        assert!(o.status.success(), "{what}: rank {rank} failed:{all}");
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(!out.contains("expected"), "{what}: rank {rank}: {out}");
-    }
-    String::from_utf8_lossy(&outs[0].stdout).into_owned()
+    wait_ranks(children, Duration::from_secs(120), &exe.display().to_string())
 }
 
 fn program(name: &str) -> Option<PathBuf> {
