@@ -105,11 +105,11 @@ pub struct Config {
     /// Bytes of each ring (one per direction) of a `shm` rail
     /// (MULTIRAIL_SHM_RING): a power of two from 64 KiB to 1 GiB.
     pub shm_ring: usize,
-    /// Most bytes per `fi_send` of an `ofi:` rail, 1 byte to 64 KiB
-    /// (MULTIRAIL_OFI_SEND); `None`: a whole 64 KiB buffer. 16 KiB, rxm's
-    /// eager limit, was 1.13-1.15 x faster on the 2 x 2 Gbit testbed and
-    /// 0.80-0.89 x on loopback, and has no flow control in rxm: a slow
-    /// receiver buffers without bound (docs/rails/ofi.md).
+    /// Most bytes per `fi_send` of an `ofi:` rail, its 4-byte credit header
+    /// included, 5 bytes to 64 KiB (MULTIRAIL_OFI_SEND); `None`: the
+    /// provider's default (`OfiStream`'s `default_send`: 16 KiB, rxm's
+    /// eager limit, through `tcp;ofi_rxm`; a whole 64 KiB buffer
+    /// elsewhere; docs/rails/ofi.md).
     pub ofi_send: Option<usize>,
     /// Payloads of at least this many bytes cross a `shm` rail by single
     /// copy (`process_vm_readv`) where the kernel allows it; `None`: never
@@ -328,8 +328,9 @@ impl Config {
             self.shm_ring = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if let Some(v) = env_size("MULTIRAIL_OFI_SEND")? {
-            if v == 0 || v > 64 << 10 {
-                return Err(bad("MULTIRAIL_OFI_SEND", &v.to_string(), "give a size from 1 byte to 64K"));
+            if !(5..=64 << 10).contains(&v) {
+                let why = "give a size from 5 bytes (the 4-byte credit header and 1 byte of data) to 64K";
+                return Err(bad("MULTIRAIL_OFI_SEND", &v.to_string(), why));
             }
             self.ofi_send = Some(v as usize);
         }

@@ -25,6 +25,7 @@
 //! This is the only module besides `shm` with `unsafe` code (the FFI);
 //! every block carries a `// SAFETY:` comment.
 
+pub mod credit;
 pub mod endpoint;
 pub mod stream;
 
