@@ -54,7 +54,7 @@ fn compile(src: &Path) -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    multirail::free_root_port([127, 0, 0, 1].into()).unwrap()
 }
 
 /// Waits for every rank, killing all of them if one fails or the run
@@ -98,7 +98,9 @@ fn run_job(exe: &Path, n: u32, args: &[&str], env: &[(&str, &str)]) -> String {
     // so another process may take it in between: in a CI run a parallel
     // test's outgoing connection did (rank 0: "cannot listen on
     // 127.0.0.1:45781 (MULTIRAIL_ROOT=...): Address already in use").
-    // Only that failure is retried, on a new port, at most twice.
+    // Ports now come from below the ephemeral range (free_root_port),
+    // where outgoing connections do not take them; an explicit bind still
+    // could, so that failure alone is retried, on a new port, at most twice.
     let mut outs = start_job(exe, n, args, env);
     for _ in 0..2 {
         let err = String::from_utf8_lossy(&outs[0].stderr);

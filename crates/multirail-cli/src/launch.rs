@@ -42,11 +42,12 @@ impl RankEnv {
     }
 }
 
-/// A free TCP port on `ip` (bound and released: another process may take
-/// it in between, which on one machine in practice does not happen).
+/// A free TCP port on `ip` for rank 0 (`multirail::free_root_port`:
+/// drawn below the ephemeral range, so that no outgoing connection takes
+/// it before rank 0 binds it).
 pub fn free_port(ip: &str) -> anyhow::Result<u16> {
-    let l = TcpListener::bind((ip, 0)).with_context(|| format!("cannot bind a port on {ip}"))?;
-    Ok(l.local_addr()?.port())
+    let addr: std::net::IpAddr = ip.parse().with_context(|| format!("not an IP address: {ip}"))?;
+    multirail::free_root_port(addr).with_context(|| format!("cannot bind a port on {ip}"))
 }
 
 /// Checks, before any rank starts, that every rail can be used on this

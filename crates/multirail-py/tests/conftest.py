@@ -9,6 +9,7 @@ rank's traceback if a rank raised, or if the pair did not finish in time.
 import multiprocessing
 import os
 import queue
+import random
 import socket
 import traceback
 
@@ -20,9 +21,24 @@ TIMEOUT_S = 60
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for rank 0, drawn at random below the kernel's ephemeral
+    range (as multirail.free_root_port does in Rust): an outgoing
+    connection cannot take it before rank 0 binds it, as one can take a
+    port that a bind to port 0 handed out."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    candidates = [random.randrange(10000, low) for _ in range(32)] if low > 11000 else []
+    for port in candidates + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port on 127.0.0.1")
 
 
 def _rank_main(rank, root, env, body, args, results):

@@ -102,3 +102,61 @@ pub fn resolve(list: &str) -> Result<Vec<SocketAddr>, Error> {
     }
     Ok(out)
 }
+
+/// A TCP port on `ip` for rank 0 to listen on (`MULTIRAIL_ROOT`), free
+/// when this returns, for launchers and test harnesses that start ranks.
+///
+/// The port is released before rank 0 binds it, so another process could
+/// take it in between. The usual taker is an outgoing connection, whose
+/// port the kernel draws from its ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768-60999 by default), the same
+/// range a bind to port 0 draws from: seen once in a parallel test run
+/// ("Address already in use" at rank 0). So the port is drawn at random
+/// from 10000 up to that range instead, where only an explicit bind can
+/// take it. When the range leaves no room below it, or 32 draws find
+/// nothing free, the kernel picks (port 0).
+pub fn free_root_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
+    use std::hash::{BuildHasher, Hasher};
+    const FLOOR: u16 = 10_000;
+    let low = ephemeral_low().unwrap_or(32_768);
+    if low > FLOOR + 1_000 {
+        let span = u64::from(low - FLOOR);
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let mut x = h.finish();
+        for _ in 0..32 {
+            let port = FLOOR + (x % span) as u16;
+            if std::net::TcpListener::bind((ip, port)).is_ok() {
+                return Ok(port);
+            }
+            x = x.rotate_left(29).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x2545_f491_4f6c_dd1d;
+        }
+    }
+    Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
+}
+
+/// The first port of the kernel's ephemeral range, if readable.
+fn ephemeral_low() -> Option<u16> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::*;
+
+    #[test]
+    fn a_root_port_is_free_and_outside_the_ephemeral_range() {
+        let ip = std::net::IpAddr::from([127, 0, 0, 1]);
+        let low = ephemeral_low().unwrap_or(32_768);
+        let ports: Vec<u16> = (0..8).map(|_| free_root_port(ip).unwrap()).collect();
+        for &p in &ports {
+            std::net::TcpListener::bind((ip, p)).unwrap_or_else(|e| panic!("port {p} not free: {e}"));
+            if low > 11_000 {
+                assert!((10_000..low).contains(&p), "port {p} is not in 10000..{low}");
+            }
+        }
+        // Drawn at random: eight draws from thousands of ports differ.
+        assert!(ports.iter().any(|&p| p != ports[0]), "{ports:?}");
+    }
+}

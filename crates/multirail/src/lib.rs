@@ -49,7 +49,7 @@ pub use endpoint::{Builder, Detached, Endpoint, Finished, RESERVED_TAGS, RecvReq
 pub use error::Error;
 pub use group::{Delivery, Group, GroupError, GroupEvent, GroupOptions};
 pub use hosts::ShmMode;
-pub use launch::JobInfo;
+pub use launch::{JobInfo, free_root_port};
 pub use multirail_proto::core::{RailStats, Status};
 pub use multirail_proto::sched::{PolicyKind, PolicyTable};
 pub use multirail_transport::fault::FaultConfig;
