@@ -81,6 +81,17 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use frame::{DecodeError, Frame, MAX_RANKS, Proposal, Row, WIRE_VERSION};
+
+/// A member's rows may be late by this many failure timeouts while the
+/// channel still hears from it. Rows travel behind the large messages
+/// queued before them in the channel: three senders of 100 MB messages on
+/// one host held them back for seconds (2 with window 2, up to 10 with
+/// window 16), past the 1 s timeout, and every member suspected the
+/// others (2026-11-26). The price: a member whose group stopped but whose
+/// endpoint lives on (its acknowledgements still arrive) is excluded only
+/// after this long; a member whose process is gone or stopped is not
+/// heard and goes after the failure timeout as before.
+pub const ROWS_LATE_FACTOR: u32 = 60;
 use log::{Entry, SenderLog};
 
 /// A member is named by its rank in the initial membership.
@@ -116,7 +127,11 @@ pub struct GroupConfig {
     /// Own messages that may be undelivered at some member (at least 1).
     pub window: u32,
     pub mode: Mode,
-    /// A member whose heartbeat does not advance for this long is suspected.
+    /// A member whose heartbeat does not advance for this long, and from
+    /// whom the channel heard nothing either ([`GroupCore::on_alive`]), is
+    /// suspected; one whose heartbeat does not advance for
+    /// [`ROWS_LATE_FACTOR`] times this long is suspected whatever the
+    /// channel says.
     pub failure_timeout: Duration,
     /// How often this member bumps its heartbeat (and so pushes its row).
     pub heartbeat_interval: Duration,
@@ -233,6 +248,10 @@ pub struct GroupCore {
 
     hb_seen: Vec<bool>,
     last_seen: Vec<Duration>,
+    /// The channel heard from a member since the last tick ([`GroupCore::on_alive`]).
+    alive_seen: Vec<bool>,
+    /// When the channel last heard from each member.
+    alive_at: Vec<Duration>,
     next_hb: Option<Duration>,
     stopped: bool,
     effects: Vec<Effect>,
@@ -293,6 +312,8 @@ impl GroupCore {
             stash_bytes: 0,
             hb_seen: vec![false; n],
             last_seen: vec![Duration::ZERO; n],
+            alive_seen: vec![false; n],
+            alive_at: vec![Duration::ZERO; n],
             next_hb: None,
             stopped: false,
             effects: Vec::new(),
@@ -506,6 +527,15 @@ impl GroupCore {
         self.rows[from as usize] = Some(r);
     }
 
+    /// The channel heard from `rank` (any frame, on any rail) since the
+    /// last tick: its process is there, even if its rows are late, queued
+    /// behind large messages in the channel.
+    pub fn on_alive(&mut self, rank: Rank) {
+        if let Some(a) = self.alive_seen.get_mut(rank as usize) {
+            *a = true;
+        }
+    }
+
     /// The channel lost every rail to `rank`.
     pub fn on_peer_lost(&mut self, rank: Rank) {
         if !self.stopped {
@@ -520,6 +550,7 @@ impl GroupCore {
         }
         let next = *self.next_hb.get_or_insert_with(|| {
             self.last_seen.iter_mut().for_each(|t| *t = now);
+            self.alive_at.iter_mut().for_each(|t| *t = now);
             now
         });
         if now >= next {
@@ -529,12 +560,19 @@ impl GroupCore {
         }
         for j in 0..self.n {
             let ju = j as usize;
+            if std::mem::take(&mut self.alive_seen[ju]) {
+                self.alive_at[ju] = now;
+            }
             if std::mem::take(&mut self.hb_seen[ju]) {
                 self.last_seen[ju] = now;
-            } else if j != self.me
-                && self.members.contains(&j)
-                && now.saturating_sub(self.last_seen[ju]) >= self.timeout
-            {
+                continue;
+            }
+            if j == self.me || !self.members.contains(&j) {
+                continue;
+            }
+            let rows_late = now.saturating_sub(self.last_seen[ju]);
+            let silent = now.saturating_sub(self.alive_at[ju]) >= self.timeout;
+            if rows_late >= self.timeout && (silent || rows_late >= self.timeout * ROWS_LATE_FACTOR) {
                 self.suspect(j);
             }
         }

@@ -227,3 +227,56 @@ fn group_of_one() {
     }
     assert_eq!(g.buffered_bytes(), 0);
 }
+
+/// Member 0 of two, with a 1 s failure timeout; time in milliseconds.
+fn lone_member_0() -> GroupCore {
+    let mut cfg = GroupConfig::new(2, 0);
+    cfg.failure_timeout = Duration::from_secs(1);
+    GroupCore::new(cfg).unwrap()
+}
+
+fn wedged(g: &mut GroupCore) -> bool {
+    g.drain_effects().iter().any(|e| matches!(e, Effect::Wedged { .. }))
+}
+
+/// Rows late behind large messages, while the channel hears the member:
+/// not suspected until the rows are `ROWS_LATE_FACTOR` timeouts late.
+#[test]
+fn late_rows_from_a_member_the_channel_hears_are_tolerated() {
+    let mut g = lone_member_0();
+    g.on_tick(Duration::ZERO);
+    let limit = 1000 * u64::from(multirail_group::ROWS_LATE_FACTOR);
+    let mut t = 0;
+    while t + 100 < limit {
+        t += 100;
+        g.on_alive(1);
+        g.on_tick(Duration::from_millis(t));
+        assert!(!wedged(&mut g) && g.suspected().next().is_none(), "suspected at {t} ms while heard");
+    }
+    g.on_alive(1);
+    g.on_tick(Duration::from_millis(limit));
+    assert!(wedged(&mut g), "rows {limit} ms late and still not suspected");
+    assert_eq!(g.suspected().collect::<Vec<_>>(), vec![1]);
+}
+
+/// Neither rows nor anything else: suspected after the failure timeout,
+/// as before; the channel falling silent after rows stopped counts from
+/// its own last word.
+#[test]
+fn a_member_silent_on_the_channel_too_is_suspected_after_the_timeout() {
+    let mut g = lone_member_0();
+    g.on_tick(Duration::ZERO);
+    g.on_tick(Duration::from_millis(999));
+    assert!(!wedged(&mut g));
+    g.on_tick(Duration::from_millis(1000));
+    assert!(wedged(&mut g), "silent for the timeout and not suspected");
+
+    let mut g = lone_member_0();
+    g.on_tick(Duration::ZERO);
+    g.on_alive(1);
+    g.on_tick(Duration::from_millis(600));
+    g.on_tick(Duration::from_millis(1500));
+    assert!(!wedged(&mut g), "heard at 600 ms: not silent for 1 s at 1500 ms");
+    g.on_tick(Duration::from_millis(1600));
+    assert!(wedged(&mut g));
+}

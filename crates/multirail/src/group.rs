@@ -290,6 +290,8 @@ impl Group {
             posted_data: (POSTED_DATA_BYTES / max_frame).clamp(2, (opts.window as usize).clamp(2, 16)),
             tick: (opts.heartbeat_interval / 2).max(Duration::from_millis(1)),
             lost: vec![false; n],
+            heard: vec![0; n],
+            heard_now: Vec::with_capacity(n),
         };
         let handle = std::thread::Builder::new()
             .name(format!("multirail-group-{}", opts.id))
@@ -433,9 +435,10 @@ impl Group {
     /// Leaves: stops the driver thread (calls blocked in other threads
     /// return [`GroupError::Closed`]). The group's receives stay posted on
     /// the endpoint until it closes (a later group on it needs another
-    /// id). The others see this member go silent and exclude it after the
-    /// failure timeout unless they stop too: end a run with a barrier
-    /// first.
+    /// id). The others see its rows stop and exclude it unless they stop
+    /// too: after the failure timeout once the endpoint is closed, after
+    /// `ROWS_LATE_FACTOR` timeouts while it stays open (its channel is
+    /// still heard). End a run with a barrier first.
     pub fn close(&self) {
         let handle = self.driver.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(h) = handle {
@@ -479,6 +482,10 @@ struct Driver {
     tick: Duration,
     /// Core ranks reported lost to the core.
     lost: Vec<bool>,
+    /// When the channel last heard from each core rank (endpoint clock,
+    /// ns; see `Endpoint::last_heard`), as last told to the core.
+    heard: Vec<u64>,
+    heard_now: Vec<u64>,
 }
 
 impl Driver {
@@ -581,6 +588,15 @@ impl Driver {
             });
             for p in failed {
                 self.lose(p);
+            }
+            // Members the channel heard from: alive, even if their rows
+            // are queued behind large messages.
+            self.ep.last_heard(&self.ranks, &mut self.heard_now);
+            for (j, (&now, seen)) in self.heard_now.iter().zip(self.heard.iter_mut()).enumerate() {
+                if now > *seen {
+                    *seen = now;
+                    self.core.on_alive(j as u32);
+                }
             }
             self.core.on_tick(t0.elapsed());
             let effects = self.core.drain_effects();
