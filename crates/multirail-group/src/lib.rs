@@ -81,6 +81,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use frame::{DecodeError, Frame, MAX_RANKS, Proposal, Row, WIRE_VERSION};
+use log::{Entry, SenderLog};
 
 /// A member's rows may be late by this many failure timeouts while the
 /// channel still hears from it. Rows travel behind the large messages
@@ -92,7 +93,6 @@ pub use frame::{DecodeError, Frame, MAX_RANKS, Proposal, Row, WIRE_VERSION};
 /// after this long; a member whose process is gone or stopped is not
 /// heard and goes after the failure timeout as before.
 pub const ROWS_LATE_FACTOR: u32 = 60;
-use log::{Entry, SenderLog};
 
 /// A member is named by its rank in the initial membership.
 pub type Rank = u32;

@@ -699,7 +699,6 @@ impl Endpoint {
         Ok(self.irecv(Some(src), Some(tag), buf)?.id)
     }
 
-    /// The completion of `id` if it finished (taken: asked once).
     /// When anything from each of `peers` last arrived, on any rail, in
     /// nanoseconds of the endpoint's clock (0: never); one lock for all.
     pub(crate) fn last_heard(&self, peers: &[u32], out: &mut Vec<u64>) {
@@ -708,6 +707,7 @@ impl Endpoint {
         out.extend(peers.iter().map(|&p| g.core.last_heard(p).map_or(0, |t| t.as_nanos())));
     }
 
+    /// The completion of `id` if it finished (taken: asked once).
     pub(crate) fn take_completion(&self, id: ReqId) -> Option<Completion> {
         self.shared.take_done(id)
     }

@@ -549,13 +549,13 @@ impl Core {
         self.rail(peer, rail).is_some_and(|r| r.up)
     }
 
-    /// Per-rail counters for `peer`.
     /// When a frame from `peer` last arrived on any rail (or a connection
     /// to it came up); `None` before any.
     pub fn last_heard(&self, peer: PeerId) -> Option<Time> {
         self.peers.get(&peer)?.rails.iter().map(|r| r.last_rx).filter(|&t| t > Time::ZERO).max()
     }
 
+    /// Per-rail counters for `peer`.
     pub fn rail_stats(&self, peer: PeerId, now: Time) -> Vec<RailStats> {
         self.peers.get(&peer).map_or_else(Vec::new, |p| {
             p.rails

@@ -13,13 +13,15 @@
 //! takes a credit. Every message starts with a [`HEADER`]: the receives
 //! its sender has posted again since its previous message, which the peer
 //! adds to its credits. Returns ride on data going the other way; when
-//! none goes and [`RETURN_AT`] are owed, a message carrying only the
-//! header returns them.
+//! none goes and half the slots ([`Credits::return_at`]) are owed, a
+//! message carrying only the header returns them. Each side needs at
+//! least 4 slots: with fewer, half the slots is 1, and two sides would
+//! return each other's credit-only messages forever.
 //!
 //! No deadlock: the last credit is only spent by a message that returns at
-//! least [`RETURN_AT`] credits. A side can only be stuck with its last
+//! least `return_at` credits. A side can only be stuck with its last
 //! credit spent; the message that spent it gave the peer at least
-//! `RETURN_AT` credits, so the peer can always post its own return (the
+//! `return_at` credits, so the peer can always post its own return (the
 //! model test below runs random interleavings to the end).
 
 /// Bytes in front of every message: credits returned (u32, little-endian).
