@@ -372,10 +372,17 @@ impl OfiStream {
     /// reads the stream: a writer that never reads still returns them.
     fn skip_credit_only(&mut self) {
         while self.recv_pos == 0 && self.recv[self.recv_head] == RecvState::Done(0) {
-            self.recv[self.recv_head] = RecvState::Free;
-            self.repost.push_back(self.recv_head);
-            self.recv_head = (self.recv_head + 1) % SLOTS;
+            self.release_head();
         }
+    }
+
+    /// The head receive slot is read out: queue it to be posted again and
+    /// move to the next one.
+    fn release_head(&mut self) {
+        self.recv[self.recv_head] = RecvState::Free;
+        self.repost.push_back(self.recv_head);
+        self.recv_head = (self.recv_head + 1) % SLOTS;
+        self.recv_pos = 0;
     }
 
     fn read_cq(&mut self) -> Result<bool, String> {
@@ -480,10 +487,7 @@ impl OfiStream {
             n += take;
             self.recv_pos += take;
             if self.recv_pos == len {
-                self.recv[self.recv_head] = RecvState::Free;
-                self.repost.push_back(self.recv_head);
-                self.recv_head = (self.recv_head + 1) % SLOTS;
-                self.recv_pos = 0;
+                self.release_head();
             }
         }
         if !self.repost.is_empty() {
