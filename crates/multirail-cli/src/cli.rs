@@ -526,6 +526,12 @@ pub struct BenchArgs {
     /// (group) Per-sender FIFO only, no order across senders.
     #[arg(long, help_heading = "Benchmark")]
     pub unordered: bool,
+    /// (group) Payloads of at least SIZE travel along the chain of members
+    /// (sender -> next rank -> ... round to the rank before the sender), so
+    /// the sender's links carry each once; smaller ones go from the sender
+    /// to every member. `off`: never relay. Default 64K.
+    #[arg(long, value_name = "SIZE|off", help_heading = "Benchmark")]
+    pub relay_min: Option<String>,
     /// Take a rail down during the run: RAIL@TIME[:for=DURATION|forever][:side=host0|host1],
     /// e.g. 1@2s:for=500ms. With --testbed the interface goes down in the
     /// given host (`ip link set`, silent); elsewhere its connections are

@@ -1,6 +1,7 @@
 //! Frames exchanged between group members, and their byte encoding.
 //!
-//! Three kinds: [`Frame::Data`] (one application message), [`Frame::Null`]
+//! Three kinds: [`Frame::Data`] (one application message, sent by its
+//! sender to every member or relayed along the chain), [`Frame::Null`]
 //! (a run of null messages that fill an idle sender's turns) and
 //! [`Frame::Row`] (the sender's whole state row: monotonic counters and the
 //! view-change fields, pushed as an overwrite; later rows subsume earlier
@@ -20,6 +21,8 @@ pub const WIRE_VERSION: u8 = 1;
 const TAG_DATA: u8 = 1;
 const TAG_NULL: u8 = 2;
 const TAG_ROW: u8 = 3;
+/// A [`Frame::Data`] with `relay` set: same fields as [`TAG_DATA`].
+const TAG_RELAY: u8 = 4;
 
 /// Most ranks a decoded list may hold.
 pub const MAX_RANKS: usize = 1 << 16;
@@ -69,8 +72,11 @@ pub struct Row {
 /// A frame between members.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// Message `index` of `sender` in `view`.
-    Data { view: u64, sender: Rank, index: u64, payload: Bytes },
+    /// Message `index` of `sender` in `view`. With `relay`, it travels
+    /// along the view's chain (the sender gives it to the next member in
+    /// rank order, each member passes it on, wrapping round, up to the one
+    /// before the sender); without, the sender gives it to every member.
+    Data { view: u64, sender: Rank, index: u64, payload: Bytes, relay: bool },
     /// Null messages `first .. first + count` of `sender` in `view`.
     Null { view: u64, sender: Rank, first: u64, count: u64 },
     /// The state row of the member that sends it.
@@ -127,9 +133,9 @@ impl Frame {
         let mut b = BytesMut::new();
         b.put_u8(WIRE_VERSION);
         match self {
-            Frame::Data { view, sender, index, payload } => {
+            Frame::Data { view, sender, index, payload, relay } => {
                 b.reserve(1 + 8 + 4 + 8 + 4 + payload.len());
-                b.put_u8(TAG_DATA);
+                b.put_u8(if *relay { TAG_RELAY } else { TAG_DATA });
                 b.put_u64_le(*view);
                 b.put_u32_le(*sender);
                 b.put_u64_le(*index);
@@ -180,7 +186,7 @@ impl Frame {
         }
         let tag = r.u8()?;
         let f = match tag {
-            TAG_DATA => {
+            TAG_DATA | TAG_RELAY => {
                 let view = r.u64()?;
                 let sender = r.u32()?;
                 let index = r.u64()?;
@@ -190,7 +196,7 @@ impl Frame {
                 }
                 let payload = bytes.slice(r.at..r.at + len);
                 r.at += len;
-                Frame::Data { view, sender, index, payload }
+                Frame::Data { view, sender, index, payload, relay: tag == TAG_RELAY }
             }
             TAG_NULL => {
                 let view = r.u64()?;

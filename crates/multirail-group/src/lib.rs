@@ -94,6 +94,11 @@ use log::{Entry, SenderLog};
 /// heard and goes after the failure timeout as before.
 pub const ROWS_LATE_FACTOR: u32 = 60;
 
+/// Payloads of at least this many bytes are relayed along the chain (when
+/// the view has three members or more) by default; see
+/// [`GroupConfig::relay_min`].
+pub const DEFAULT_RELAY_MIN: usize = 64 * 1024;
+
 /// A member is named by its rank in the initial membership.
 pub type Rank = u32;
 
@@ -139,6 +144,15 @@ pub struct GroupConfig {
     /// the view is suspected, so that a cut-off minority never installs a
     /// view of its own. Derecho's rule, on here by default.
     pub partition_safety: bool,
+    /// A payload of at least this many bytes is relayed: the sender sends
+    /// it once, to the next member of the view in rank order, and each
+    /// member passes it on to the next (wrapping round) until it reaches
+    /// the member before the sender. One sender then needs its link once
+    /// per message, not once per member, at the price of a hop per member
+    /// in latency. Smaller payloads go from the sender to every member.
+    /// `usize::MAX` turns relaying off. Only the sender reads it: members
+    /// may differ.
+    pub relay_min: usize,
 }
 
 impl GroupConfig {
@@ -154,6 +168,7 @@ impl GroupConfig {
             failure_timeout: Duration::from_secs(1),
             heartbeat_interval: Duration::from_millis(10),
             partition_safety: true,
+            relay_min: DEFAULT_RELAY_MIN,
         }
     }
 }
@@ -216,6 +231,7 @@ pub struct GroupCore {
     timeout: Duration,
     hb_interval: Duration,
     partition_safety: bool,
+    relay_min: usize,
 
     view: u64,
     members: Vec<Rank>,
@@ -289,6 +305,7 @@ impl GroupCore {
             timeout: cfg.failure_timeout,
             hb_interval: cfg.heartbeat_interval,
             partition_safety: cfg.partition_safety,
+            relay_min: cfg.relay_min,
             view: 0,
             members: (0..cfg.members).collect(),
             senders: Vec::new(),
@@ -405,6 +422,17 @@ impl GroupCore {
         self.members.iter().copied().filter(|m| *m != self.me && !self.suspected.contains(m))
     }
 
+    /// The chain of relayed messages: the member after (`step` 1) or
+    /// before (`step` -1) `r` among the unsuspected members of the view,
+    /// in rank order, wrapping round; `r` itself if it is alone.
+    fn ring(&self, r: Rank, step: isize) -> Rank {
+        let live: Vec<Rank> = self.members.iter().copied().filter(|m| !self.suspected.contains(m)).collect();
+        let Some(i) = live.iter().position(|m| *m == r) else {
+            return r;
+        };
+        live[(i as isize + step).rem_euclid(live.len() as isize) as usize]
+    }
+
     // ---- inputs --------------------------------------------------------
 
     /// Multicasts `payload`; returns its index in the current view.
@@ -452,8 +480,9 @@ impl GroupCore {
         self.logs[pos].insert(Entry { start: index, len: 1, payload: Some(payload.clone()) });
         self.own_bytes += payload.len();
         self.own.push_back((index, payload.clone()));
-        let frame = Frame::Data { view: self.view, sender: self.me, index, payload };
-        let to: Vec<Rank> = self.others().collect();
+        let relay = payload.len() >= self.relay_min && self.others().nth(1).is_some();
+        let frame = Frame::Data { view: self.view, sender: self.me, index, payload, relay };
+        let to: Vec<Rank> = if relay { vec![self.ring(self.me, 1)] } else { self.others().collect() };
         for t in to {
             self.effects.push(Effect::Send { to: t, frame: frame.clone() });
         }
@@ -485,15 +514,19 @@ impl GroupCore {
         if self.wedged || self.suspected.contains(&from) {
             return;
         }
-        let (sender, entry) = match frame {
-            Frame::Data { sender, index, payload, .. } => {
-                (sender, Entry { start: index, len: 1, payload: Some(payload) })
+        let (sender, entry, relay) = match &frame {
+            Frame::Data { sender, index, payload, relay, .. } => {
+                (*sender, Entry { start: *index, len: 1, payload: Some(payload.clone()) }, *relay)
             }
-            Frame::Null { sender, first, count, .. } => (sender, Entry { start: first, len: count, payload: None }),
+            Frame::Null { sender, first, count, .. } => {
+                (*sender, Entry { start: *first, len: *count, payload: None }, false)
+            }
             Frame::Row(_) => return,
         };
-        // No relaying here: a message comes from its sender.
-        if sender != from {
+        // A message comes from its sender, or along the chain from the
+        // member before us.
+        let expected = if relay { self.ring(self.me, -1) } else { sender };
+        if from != expected || sender == self.me {
             return;
         }
         let Some(pos) = self.senders.iter().position(|r| *r == sender) else {
@@ -501,6 +534,10 @@ impl GroupCore {
         };
         if self.logs[pos].insert(entry) {
             self.dirty = true;
+            let next = self.ring(self.me, 1);
+            if relay && next != sender {
+                self.effects.push(Effect::Send { to: next, frame });
+            }
         }
     }
 

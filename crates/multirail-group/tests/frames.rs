@@ -55,8 +55,9 @@ fn row() -> impl Strategy<Value = Row> {
 
 fn frame() -> impl Strategy<Value = Frame> {
     prop_oneof![
-        (0u64..4, 0u32..6, 0u64..20, proptest::collection::vec(any::<u8>(), 0..64))
-            .prop_map(|(view, sender, index, p)| Frame::Data { view, sender, index, payload: Bytes::from(p) }),
+        (0u64..4, 0u32..6, 0u64..20, proptest::collection::vec(any::<u8>(), 0..64), any::<bool>()).prop_map(
+            |(view, sender, index, p, relay)| Frame::Data { view, sender, index, payload: Bytes::from(p), relay }
+        ),
         (0u64..4, 0u32..6, 0u64..20, 1u64..10)
             .prop_map(|(view, sender, first, count)| { Frame::Null { view, sender, first, count } }),
         row().prop_map(Frame::Row),

@@ -60,6 +60,8 @@ struct Params {
     silence: Option<(u64, Rank)>,
     /// Members allowed to stop (Expelled or Partitioned).
     may_stop: Vec<Rank>,
+    /// Payloads of at least this many bytes go along the chain.
+    relay_min: usize,
 }
 
 const TICK_US: u64 = 1_000;
@@ -97,6 +99,8 @@ struct Sim {
     /// (µs, to, lost rank) notifications of on_peer_lost.
     losses: Vec<(u64, Rank, Rank)>,
     frames: u64,
+    /// Data frames sent per (from, to).
+    data_links: BTreeMap<(Rank, Rank), u64>,
     bound: usize,
     stats: Stats,
 }
@@ -118,6 +122,8 @@ struct Stats {
     trim_deliveries: u64,
     stopped: u64,
     data_frames: u64,
+    /// Data frames passed on by a member that is not their sender.
+    relayed: u64,
     row_frames: u64,
     max_buffer_ratio: f64,
 }
@@ -135,6 +141,7 @@ impl Stats {
         self.trim_deliveries += o.trim_deliveries;
         self.stopped += o.stopped;
         self.data_frames += o.data_frames;
+        self.relayed += o.relayed;
         self.row_frames += o.row_frames;
         self.max_buffer_ratio = self.max_buffer_ratio.max(o.max_buffer_ratio);
     }
@@ -171,6 +178,7 @@ impl Sim {
                 cfg.failure_timeout = TIMEOUT;
                 cfg.heartbeat_interval = Duration::from_millis(5);
                 cfg.partition_safety = p.partition_safety;
+                cfg.relay_min = p.relay_min;
                 Node {
                     core: GroupCore::new(cfg).unwrap(),
                     alive: true,
@@ -200,6 +208,7 @@ impl Sim {
             data_clock: BTreeMap::new(),
             losses: Vec::new(),
             frames: 0,
+            data_links: BTreeMap::new(),
             bound,
             stats: Stats { runs: 1, ..Stats::default() },
         }
@@ -215,7 +224,14 @@ impl Sim {
         let is_data = !matches!(frame, Frame::Row(_));
         match frame {
             Frame::Null { .. } => self.stats.null_frames += 1,
-            Frame::Data { .. } => self.stats.data_frames += 1,
+            Frame::Data { sender, relay, .. } => {
+                self.stats.data_frames += 1;
+                *self.data_links.entry((from, to)).or_insert(0) += 1;
+                if sender != from {
+                    assert!(relay, "{from} passed on a message of {sender} that was not for the chain");
+                    self.stats.relayed += 1;
+                }
+            }
             Frame::Row(_) => self.stats.row_frames += 1,
         }
         let bytes = frame.encode();
@@ -605,6 +621,13 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
         partition_safety: false,
         silence: None,
         may_stop: Vec::new(),
+        relay_min: 0,
+    };
+    // Relaying: off, on for every message, or from a random size.
+    p.relay_min = match rng.below(3) {
+        0 => usize::MAX,
+        1 => 0,
+        _ => rng.range(8, p.max_size as u64) as usize,
     };
     if kills {
         let t = rng.range(1_000, 60_000);
@@ -665,6 +688,7 @@ fn many_seeds_no_failures() {
     eprintln!("{st:?}");
     assert_eq!(st.view_changes, 0);
     assert!(st.null_frames > 1000, "nulls exercised");
+    assert!(st.relayed > 1000, "relaying exercised");
     assert!(st.window_full > 1000, "full windows exercised");
     assert!(st.max_buffer_ratio > 0.3, "the bound is not vacuous");
 }
@@ -682,6 +706,7 @@ fn many_seeds_with_kills() {
     assert!(st.trim_deliveries > 100, "ragged trims deliver something");
     assert!(st.carried > 0, "own messages delivered in a later view");
     assert!(st.wedged_refusals > 0);
+    assert!(st.relayed > 1000, "relaying exercised");
 }
 
 #[test]
@@ -701,6 +726,7 @@ fn all_senders_ordered_three_members() {
         partition_safety: true,
         silence: None,
         may_stop: Vec::new(),
+        relay_min: 50,
     };
     let mut sim = Sim::new(p, 7);
     sim.run();
@@ -728,6 +754,7 @@ fn kill_leader_during_change() {
             partition_safety: false,
             silence: None,
             may_stop: Vec::new(),
+            relay_min: [0, 100, usize::MAX][seed as usize % 3],
         };
         let sim = simulate(p, seed);
         // Everybody left agrees on a view of exactly the living.
@@ -758,6 +785,7 @@ fn quiet(n: u32) -> Params {
         partition_safety: true,
         silence: None,
         may_stop: Vec::new(),
+        relay_min: 150,
     }
 }
 
@@ -777,6 +805,7 @@ fn silenced_member_stops_and_the_rest_go_on() {
         p.reorder_data = seed % 2 == 0;
         p.spikes = seed % 3 == 0;
         p.notify = seed % 5 < 3;
+        p.relay_min = [0, 150, usize::MAX][seed as usize % 3];
         p.silence = Some((rng.range(1_000, 50_000), r));
         p.may_stop = vec![r];
         let sim = simulate(p, seed);
@@ -806,5 +835,31 @@ fn lone_survivor_of_three_stops_with_partition_safety() {
         assert!(sim.nodes[1].core.is_stopped());
         assert!(sim.nodes[1].views.is_empty());
         assert_eq!(sim.stats.stopped, 1);
+    }
+}
+
+/// One sender of four relaying every message: each link of the chain
+/// 0 -> 1 -> 2 -> 3 carries each message once, no other link carries any,
+/// and everybody delivers all of them. Without relaying the sender sends
+/// each message three times.
+#[test]
+fn one_sender_relays_each_message_once_along_the_chain() {
+    for relay_min in [0, usize::MAX] {
+        let mut p = quiet(4);
+        p.senders = Senders::One(0);
+        p.relay_min = relay_min;
+        p.max_size = 200;
+        let sim = simulate(p, 11);
+        for n in &sim.nodes {
+            assert_eq!(n.delivered.len(), 40);
+        }
+        let links: Vec<((Rank, Rank), u64)> = sim.data_links.iter().map(|(k, v)| (*k, *v)).collect();
+        if relay_min == 0 {
+            assert_eq!(links, vec![((0, 1), 40), ((1, 2), 40), ((2, 3), 40)]);
+            assert_eq!(sim.stats.relayed, 80);
+        } else {
+            assert_eq!(links, vec![((0, 1), 40), ((0, 2), 40), ((0, 3), 40)]);
+            assert_eq!(sim.stats.relayed, 0);
+        }
     }
 }

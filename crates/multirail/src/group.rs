@@ -90,11 +90,18 @@ pub struct GroupOptions {
     /// Stop rather than go on when half or more of the view is suspected
     /// (see the core's README).
     pub partition_safety: bool,
+    /// Payloads of at least this many bytes are relayed along the chain of
+    /// members (in rank order, from the sender round to the member before
+    /// it) when the view has three members or more: the sender's links
+    /// carry each message once instead of once per member. `usize::MAX`:
+    /// never (every member gets each message from its sender).
+    pub relay_min: usize,
 }
 
 impl Default for GroupOptions {
     /// Group 0 of every rank, all senders, ordered, window 16, messages up
-    /// to 1 MiB, failure timeout 1 s, heartbeat 10 ms, partition safety on.
+    /// to 1 MiB, failure timeout 1 s, heartbeat 10 ms, partition safety on,
+    /// payloads of 64 KiB or more relayed.
     fn default() -> GroupOptions {
         GroupOptions {
             id: 0,
@@ -106,6 +113,7 @@ impl Default for GroupOptions {
             failure_timeout: Duration::from_secs(1),
             heartbeat_interval: Duration::from_millis(10),
             partition_safety: true,
+            relay_min: multirail_group::DEFAULT_RELAY_MIN,
         }
     }
 }
@@ -261,6 +269,7 @@ impl Group {
             failure_timeout: opts.failure_timeout,
             heartbeat_interval: opts.heartbeat_interval,
             partition_safety: opts.partition_safety,
+            relay_min: opts.relay_min,
         };
         let core = GroupCore::new(cfg).map_err(|e| GroupError::Config(format!("{e:?}")))?;
         let common = Arc::new(Common {
@@ -518,6 +527,9 @@ impl Driver {
         let mut sends: Vec<(ReqId, u32)> = Vec::new();
         // The last data frame encoded: each goes to every peer.
         let mut encoded: Option<((u64, u32, u64), Bytes)> = None;
+        // Relayed data frames received this turn, as received: the core
+        // passes them on unchanged, so they go out without a new copy.
+        let mut relayed: Vec<((u64, u32, u64), Bytes)> = Vec::new();
         let mut again = false;
         loop {
             // The application's messages, as far as the window allows.
@@ -556,8 +568,14 @@ impl Driver {
                 match c {
                     Completion::Recv(Ok(st), mut buf) => {
                         buf.truncate(st.len as usize);
-                        match Frame::decode(&buf.freeze()) {
-                            Ok(f) => self.core.on_message(p.peer, f),
+                        let raw = buf.freeze();
+                        match Frame::decode(&raw) {
+                            Ok(f) => {
+                                if let Frame::Data { view, sender, index, relay: true, .. } = &f {
+                                    relayed.push(((*view, *sender, *index), raw.clone()));
+                                }
+                                self.core.on_message(p.peer, f)
+                            }
                             Err(e) => tracing::warn!(peer = self.ranks[p.peer as usize], "group frame dropped: {e}"),
                         }
                     }
@@ -612,12 +630,16 @@ impl Driver {
                         let (tag, bytes) = match &frame {
                             Frame::Data { view, sender, index, .. } => {
                                 let key = (*view, *sender, *index);
-                                let bytes = match &encoded {
-                                    Some((k, b)) if *k == key => b.clone(),
-                                    _ => {
-                                        let b = frame.encode();
-                                        encoded = Some((key, b.clone()));
-                                        b
+                                let bytes = if let Some(i) = relayed.iter().position(|(k, _)| *k == key) {
+                                    relayed.swap_remove(i).1
+                                } else {
+                                    match &encoded {
+                                        Some((k, b)) if *k == key => b.clone(),
+                                        _ => {
+                                            let b = frame.encode();
+                                            encoded = Some((key, b.clone()));
+                                            b
+                                        }
                                     }
                                 };
                                 (self.data_tag, bytes)
@@ -649,6 +671,8 @@ impl Driver {
                     Effect::Partitioned { view_id } => stop = Some(Stop::Partitioned(view_id)),
                 }
             }
+            // What the core did not pass on this turn it never will.
+            relayed.clear();
             if self.core.is_stopped() && stop.is_none() {
                 stop = Some(Stop::Failed);
             }

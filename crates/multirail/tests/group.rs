@@ -363,3 +363,65 @@ fn subset_of_ranks() {
     assert_eq!(seqs[0], seqs[2]);
     assert!(seqs[1].is_empty());
 }
+
+/// Rank 0 sends 30 messages of 200 KiB to a group of 3. Relayed (the
+/// default for this size) they go 0 -> 1 -> 2: rank 0's rails to rank 2
+/// carry only rows and nulls, rank 1 passes every message on. With
+/// relaying off, rank 0 sends each message to both. Every payload is
+/// checked and both orders agree.
+#[test]
+fn one_sender_relays_large_messages_along_the_chain() {
+    const COUNT: u64 = 30;
+    const LEN: usize = 200 * 1024;
+    let total = COUNT * LEN as u64;
+    for relay_min in [GroupOptions::default().relay_min, usize::MAX] {
+        // Per rank: (delivered sequence, payload bytes sent to each rank).
+        let out = job(3, make, |ep| {
+            let me = ep.rank();
+            ep.barrier().unwrap();
+            let ep = Arc::new(ep);
+            let opts = GroupOptions {
+                senders: Senders::One(0),
+                window: 4,
+                max_message: LEN,
+                relay_min,
+                ..GroupOptions::default()
+            };
+            let g = Group::new(ep.clone(), opts).unwrap();
+            let t0 = Instant::now();
+            // Deliveries queue up in the group while the sender sends.
+            if me == 0 {
+                for k in 0..COUNT {
+                    g.ordered_send_timeout(payload(0, k, LEN), LIMIT).unwrap();
+                }
+            }
+            let mut seq = Vec::new();
+            while (seq.len() as u64) < COUNT {
+                assert!(t0.elapsed() < LIMIT, "rank {me}: {} of {COUNT} delivered", seq.len());
+                if let Some(e) = g.recv_timeout(Duration::from_secs(1)).unwrap() {
+                    match e {
+                        GroupEvent::Message(d) => seq.push(check(d.sender, &d.payload)),
+                        GroupEvent::View { .. } => panic!("no view change expected"),
+                    }
+                }
+            }
+            ep.barrier().unwrap();
+            drop(g);
+            let tx: Vec<u64> =
+                (0..3).map(|p| if p == me { 0 } else { ep.rail_stats(p).iter().map(|s| s.tx_bytes).sum() }).collect();
+            (seq, tx)
+        });
+        for (seq, _) in &out {
+            assert_eq!(seq, &(0..COUNT).collect::<Vec<_>>());
+        }
+        let tx = |from: usize, to: usize| out[from].1[to];
+        if relay_min == usize::MAX {
+            assert!(tx(0, 1) >= total && tx(0, 2) >= total, "direct: rank 0 sent {} and {}", tx(0, 1), tx(0, 2));
+            assert!(tx(1, 2) < total / 4, "direct: rank 1 passed on {} bytes", tx(1, 2));
+        } else {
+            assert!(tx(0, 1) >= total && tx(1, 2) >= total, "relayed: 0->1 {} 1->2 {}", tx(0, 1), tx(1, 2));
+            assert!(tx(0, 2) < total / 4, "relayed: rank 0 sent {} bytes to rank 2", tx(0, 2));
+            assert!(tx(2, 0) < total / 4, "relayed: rank 2 sent {} bytes back to rank 0", tx(2, 0));
+        }
+    }
+}

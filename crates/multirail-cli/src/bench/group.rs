@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use multirail::group::{Mode, Senders};
 use multirail::{Bytes, Endpoint, Group, GroupEvent, GroupOptions, JobInfo};
-use multirail_proto::units::format_size;
+use multirail_proto::units::{format_size, parse_size};
 
 use super::{config_of, launch_local, parse_sizes};
 use crate::cli::BenchArgs;
@@ -54,6 +54,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
         );
     }
     sizes(args)?;
+    relay_min(args)?;
     let (code, _) = launch_local(args, &[], &[], false)?;
     Ok(code)
 }
@@ -91,6 +92,18 @@ fn senders_of(s: &str, n: u32) -> anyhow::Result<(Senders, Vec<u32>)> {
 }
 
 /// Messages per sender: `--count`, else about 200 MB, 100 to 10000.
+/// `--relay-min`: a size, `off` (never: `usize::MAX`) or the default.
+fn relay_min(args: &BenchArgs) -> anyhow::Result<usize> {
+    match args.relay_min.as_deref() {
+        None => Ok(GroupOptions::default().relay_min),
+        Some("off") => Ok(usize::MAX),
+        Some(s) => {
+            let v = parse_size(s).map_err(|e| anyhow::anyhow!("--relay-min {s}: {e}"))?;
+            usize::try_from(v).map_err(|_| anyhow::anyhow!("--relay-min {s}: too large"))
+        }
+    }
+}
+
 fn count_for(args: &BenchArgs, size: u64) -> u64 {
     args.count.unwrap_or_else(|| (200_000_000 / size.max(1)).clamp(100, 10_000)).max(1)
 }
@@ -178,6 +191,7 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
     let (n, me) = (ep.size(), ep.rank());
     let (senders, from) = senders_of(&args.senders, n)?;
     let mode = if args.unordered { Mode::Unordered } else { Mode::Ordered };
+    let relay_min = relay_min(args)?;
     let lead = me == 0;
     let rails = ep.rail_names().join(",");
     let mut out = std::io::stdout().lock();
@@ -187,10 +201,11 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
             env!("CARGO_PKG_VERSION")
         );
         h.push_str(&format!(
-            "# nodes: {n}  senders: {}  mode: {}  window: {}  validate: {}\n# rails: {rails}  progress: {}\n",
+            "# nodes: {n}  senders: {}  mode: {}  window: {}  relay: {}  validate: {}\n# rails: {rails}  progress: {}\n",
             args.senders,
             if args.unordered { "unordered" } else { "ordered" },
             args.window,
+            if relay_min == usize::MAX { "off".to_string() } else { format!(">= {}", format_size(relay_min as u64)) },
             if args.validate { "on" } else { "off" },
             ep.config().progress,
         ));
@@ -214,6 +229,7 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
             window: args.window.max(1),
             mode,
             max_message: (size as usize).max(HEADER),
+            relay_min,
             ..GroupOptions::default()
         };
         let g = Group::new(ep.clone(), opts).context("joining the group")?;
@@ -262,6 +278,7 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
                 "senders": args.senders,
                 "mode": if args.unordered { "unordered" } else { "ordered" },
                 "window": args.window,
+                "relay_min": (relay_min != usize::MAX).then_some(relay_min),
                 "count": count,
                 "per_node": rates,
                 "p50": p50,
