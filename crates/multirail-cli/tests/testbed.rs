@@ -5,7 +5,8 @@
 //! either side, for seconds, before the job starts, two of three one after
 //! the other, every rail at once for less than the peer timeout (the job
 //! pauses) and for good (the job ends, naming the silent rank), and random
-//! losses of random length. Every byte is validated,
+//! losses of random length; and a group of three members that rides out a
+//! silent rail of every length. Every byte is validated,
 //! and every run is bounded in time: a hang fails with a clear message.
 
 mod common;
@@ -28,9 +29,15 @@ impl Testbed {
     }
 
     fn up_rails(tag: &str, rate: &str, rails: usize) -> Option<Testbed> {
+        Testbed::up_hosts(tag, rate, rails, 2)
+    }
+
+    fn up_hosts(tag: &str, rate: &str, rails: usize, hosts: usize) -> Option<Testbed> {
         let prefix = format!("mrt{}{tag}", std::process::id() % 10000);
-        let n = rails.to_string();
-        let o = multirail(&["testbed", "up", "--prefix", &prefix, "--rate", rate, "--rails", &n]).output().ok()?;
+        let (n, h) = (rails.to_string(), hosts.to_string());
+        let o = multirail(&["testbed", "up", "--prefix", &prefix, "--rate", rate, "--rails", &n, "--hosts", &h])
+            .output()
+            .ok()?;
         if !o.status.success() {
             eprintln!("skipping: cannot build a testbed here: {}", String::from_utf8_lossy(&o.stderr).trim());
             return None;
@@ -635,4 +642,48 @@ fn more_ranks_than_the_testbed_holds_is_an_error_saying_what_to_do() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("5 ranks at 2 per host need 3 testbed hosts") && err.contains("--hosts 3"), "{err}");
+}
+
+/// A group of 3 members, one per testbed host, every member sending 1 MB
+/// messages (relayed along the chain), every payload and the order checked
+/// at every member, while rail 1 of host0 or host1 goes silent (`ip link
+/// set down`): shorter than a rail's suspicion (tens of ms), longer than
+/// that but shorter than the group's failure timeout (1 s), longer than
+/// the failure timeout, for good, and from before the group starts. The
+/// other rail carries the group: no member is suspected (`bench group`
+/// fails the run on a view change), nothing is lost, the run finishes.
+#[test]
+fn a_group_rides_out_a_silent_rail_of_any_length() {
+    let Some(tb) = Testbed::up_hosts("g", "2gbit", 2, 3) else { return };
+    let cases = [
+        ("1@300ms:for=15ms", "15 ms, host0"),
+        ("1@300ms:for=300ms:side=host1", "300 ms, host1"),
+        ("1@300ms:for=1500ms", "1.5 s, past the failure timeout, host0"),
+        ("1@300ms:for=forever:side=host1", "for good, host1"),
+        ("1@0ms:for=600ms", "from before the group starts, host0"),
+    ];
+    for (spec, what) in cases {
+        let args = [
+            "bench",
+            "group",
+            "--testbed",
+            "--testbed-prefix",
+            &tb.0,
+            "--senders",
+            "all",
+            "--sizes",
+            "1M",
+            "--count",
+            "400",
+            "--validate",
+            "--fail-rail",
+            spec,
+        ];
+        let what = format!("group, rail 1 silent {what}");
+        let o = bounded(multirail(&args), Duration::from_secs(180), &what);
+        let err = check(&o, &what);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.lines().any(|l| l.starts_with("1048576 ")), "{what}: no result row: {out}{err}");
+        assert!(err.contains("# fail-rail: rail 1"), "{what}: the rail was taken down: {err}");
+    }
 }

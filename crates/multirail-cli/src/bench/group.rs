@@ -27,7 +27,7 @@ use multirail::group::{Mode, Senders};
 use multirail::{Bytes, Endpoint, Group, GroupEvent, GroupOptions, JobInfo};
 use multirail_proto::units::{format_size, parse_size};
 
-use super::{config_of, launch_local, parse_sizes};
+use super::{config_of, fail, launch_local, parse_sizes};
 use crate::cli::BenchArgs;
 use crate::launch;
 
@@ -175,12 +175,26 @@ fn mix(h: u64, x: u64) -> u64 {
 }
 
 fn rank(args: &BenchArgs, job: &JobInfo) -> anyhow::Result<i32> {
-    let cfg = config_of(args)?;
+    let mut cfg = config_of(args)?;
     let sizes = sizes(args)?;
+    let plans = args.fail_rail.iter().map(|s| fail::FailPlan::parse(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let failure = Some(fail::Injector::prepare(plans, &mut cfg, job.rank)?).filter(|i| !i.is_empty());
     let ep = Endpoint::from_job(cfg, job).with_context(|| format!("rank {} of {}", job.rank, job.size))?;
     let me = ep.rank();
     let ep = Arc::new(ep);
-    let code = crate::launch::reported_before_drop(sizes_at(&ep, args, &sizes))?;
+    // --fail-rail: rank 0 takes its rails down as planned (in the testbed,
+    // host0's interface, under every member's traffic through host0) and
+    // reports what rank 0 and rank 1 moved around it.
+    let run = || match failure.as_ref().filter(|_| me == 0) {
+        Some(inj) => {
+            inj.check_rails(&ep, 1)?;
+            let (r, report) = inj.watch(&ep, 1, || sizes_at(&ep, args, &sizes));
+            eprint!("{report}");
+            r
+        }
+        None => sizes_at(&ep, args, &sizes),
+    };
+    let code = crate::launch::reported_before_drop(run())?;
     let ep = Arc::try_unwrap(ep).ok().context("the group let go of the endpoint")?;
     ep.close().with_context(|| format!("rank {me}: closing"))?;
     Ok(code)
