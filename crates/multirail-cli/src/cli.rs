@@ -532,6 +532,16 @@ pub struct BenchArgs {
     /// to every member. `off`: never relay. Default 64K.
     #[arg(long, value_name = "SIZE|off", help_heading = "Benchmark")]
     pub relay_min: Option<String>,
+    /// (group) A member fails mid-run: RANK@TIME[:silence], e.g. 2@1s or
+    /// 0@500ms:silence. Without `:silence` its process ends at TIME
+    /// without closing anything (a crash: the kernel closes its
+    /// connections); with it, every rail of its testbed host goes down
+    /// (`ip link set down`, silent) while it keeps running, and comes back
+    /// once it stopped. The others must install one view without it and
+    /// deliver everything of the senders left; the row, the validation
+    /// and the hashes are theirs. One size; `:silence` needs --testbed.
+    #[arg(long, value_name = "RANK@TIME[:silence]", help_heading = "Benchmark")]
+    pub fail_member: Option<String>,
     /// Take a rail down during the run: RAIL@TIME[:for=DURATION|forever][:side=host0|host1],
     /// e.g. 1@2s:for=500ms. With --testbed the interface goes down in the
     /// given host (`ip link set`, silent); elsewhere its connections are

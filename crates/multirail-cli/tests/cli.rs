@@ -98,6 +98,60 @@ fn group_bench_table_and_json() {
     assert_eq!(v[0]["per_node"].as_array().map(Vec::len), Some(3));
 }
 
+/// A member's process ends mid-run (`--fail-member RANK@TIME`, a crash:
+/// nothing is closed): the other two install one view without it, deliver
+/// the same validated sequence and finish with exit 0. Rank 0 too (the
+/// lowest member, which leads view changes): rank 1 then reports, on
+/// stderr (only rank 0's stdout is shown).
+#[test]
+fn group_bench_survives_a_crashed_member() {
+    for (spec, victim) in [("2@100ms", 2), ("0@100ms", 0)] {
+        let o = run(&mut multirail(&[
+            "bench",
+            "group",
+            "--nodes",
+            "3",
+            "--sizes",
+            "64K",
+            "--count",
+            "5000",
+            "-W",
+            "8",
+            "--validate",
+            "--json",
+            "--fail-member",
+            spec,
+        ]));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{spec}: {err}");
+        let both = format!("{}{err}", stdout(&o));
+        let line = both.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("{spec}: no JSON: {both}"));
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["validated"].as_bool(), Some(true), "{spec}: {v}");
+        assert_eq!(v["fail_member"]["rank"].as_u64(), Some(victim), "{spec}: {v}");
+        assert_eq!(v["fail_member"]["how"].as_str(), Some("crash"), "{spec}: {v}");
+        assert_eq!(v["per_node"].as_array().map(Vec::len), Some(2), "{spec}: the two survivors: {v}");
+        let after = v["fail_member"]["view_after_ms"].as_array().unwrap();
+        assert!(after.len() == 2 && after.iter().all(|x| x.as_f64().is_some_and(f64::is_finite)), "{spec}: {v}");
+    }
+}
+
+#[test]
+fn group_bench_refuses_a_bad_member_failure() {
+    for (spec, why) in [
+        ("3@1s", "the group has ranks 0 to 2"),
+        ("1", "expected RANK@TIME"),
+        ("1@1s:silence", "use it with --testbed"),
+        ("1@1s:loud", "expected RANK@TIME"),
+    ] {
+        let o = run(&mut multirail(&["bench", "group", "--sizes", "1K", "--fail-member", spec]));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(why), "{spec}: {err}");
+    }
+    let o = run(&mut multirail(&["bench", "group", "--sizes", "1K,2K", "--fail-member", "1@1s"]));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("give one size"));
+}
+
 #[test]
 fn info_lists_loopback() {
     let o = run(&mut multirail(&["info"]));

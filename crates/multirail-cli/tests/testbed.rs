@@ -687,3 +687,42 @@ fn a_group_rides_out_a_silent_rail_of_any_length() {
         assert!(err.contains("# fail-rail: rail 1"), "{what}: the rail was taken down: {err}");
     }
 }
+
+/// A member of a 3-host group fails mid-run, each way a user meets: its
+/// process ends (a crash), or every rail of its host goes silent (`ip link
+/// set down`) while it runs on, and comes back after it stopped (its late
+/// rows, full of suspicions, then reach the others). Rank 0, the lowest
+/// member and the one that leads a view change, and another. The survivors
+/// install one view without it, deliver identical validated sequences and
+/// finish; the silenced member stops by itself (partition safety).
+#[test]
+fn a_group_loses_a_member_and_goes_on() {
+    let Some(tb) = Testbed::up_hosts("m", "2gbit", 2, 3) else { return };
+    for spec in ["2@400ms", "0@400ms", "1@400ms:silence", "0@400ms:silence"] {
+        let args = [
+            "bench",
+            "group",
+            "--testbed",
+            "--testbed-prefix",
+            &tb.0,
+            "--senders",
+            "all",
+            "--sizes",
+            "1M",
+            "--count",
+            "300",
+            "--validate",
+            "--fail-member",
+            spec,
+        ];
+        let what = format!("group, --fail-member {spec}");
+        let o = bounded(multirail(&args), Duration::from_secs(180), &what);
+        let err = check(&o, &what);
+        let both = format!("{}{err}", String::from_utf8_lossy(&o.stdout));
+        assert!(both.lines().any(|l| l.starts_with("1048576 ")), "{what}: no result row: {both}");
+        assert!(both.contains("installed a view without it"), "{what}: {both}");
+        if spec.ends_with("silence") {
+            assert!(both.contains("partition safety"), "{what}: the silenced member stopped by itself: {both}");
+        }
+    }
+}

@@ -542,6 +542,15 @@ impl GroupCore {
     }
 
     fn on_row(&mut self, from: Rank, r: Row) {
+        // A member we excluded or suspect is dead to us (fail-stop): what
+        // it says no longer counts. Its rows can still come, late: a member
+        // cut off by a partition suspects everybody, and once its links
+        // heal TCP delivers the rows it wrote meanwhile; taking in those
+        // suspicions made the survivors suspect each other and stop
+        // (testbed, `bench group --fail-member 1@500ms:silence`).
+        if !self.members.contains(&from) || self.suspected.contains(&from) {
+            return;
+        }
         if let Some(old) = &self.rows[from as usize] {
             if old.version >= r.version {
                 return;

@@ -34,6 +34,8 @@ use crate::launch;
 /// Tags of the result exchange (below multirail's reserved tags, above
 /// the agreement's).
 const RESULT_TAG: u64 = (1 << 62) + 40;
+/// Tag of the survivors' barrier (`--fail-member`), past the result tags.
+const SYNC_TAG: u64 = RESULT_TAG + 4096;
 /// A payload starts with the sender's rank and the message's number.
 const HEADER: usize = 12;
 /// One size gives up after this long without a delivery.
@@ -55,6 +57,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     }
     sizes(args)?;
     relay_min(args)?;
+    check_member_failure(args, args.nodes, args.testbed)?;
     let (code, _) = launch_local(args, &[], &[], false)?;
     Ok(code)
 }
@@ -104,6 +107,68 @@ fn relay_min(args: &BenchArgs) -> anyhow::Result<usize> {
     }
 }
 
+/// `--fail-member RANK@TIME[:silence]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct MemberFailure {
+    rank: u32,
+    at: Duration,
+    silence: bool,
+}
+
+fn member_failure(args: &BenchArgs) -> anyhow::Result<Option<MemberFailure>> {
+    let Some(s) = args.fail_member.as_deref() else { return Ok(None) };
+    let usage = || format!("--fail-member {s}: expected RANK@TIME[:silence], e.g. 2@1s or 0@500ms:silence");
+    let (rank, rest) = s.split_once('@').with_context(usage)?;
+    let rank: u32 = rank.trim().parse().with_context(usage)?;
+    let (time, silence) = match rest.split_once(':') {
+        None => (rest, false),
+        Some((t, "silence")) => (t, true),
+        Some(_) => bail!("{}", usage()),
+    };
+    let at = fail::parse_duration(time).with_context(usage)?;
+    Ok(Some(MemberFailure { rank, at, silence }))
+}
+
+/// Checks `--fail-member` against a group of `n` ranks.
+fn check_member_failure(args: &BenchArgs, n: u32, testbed: bool) -> anyhow::Result<Option<MemberFailure>> {
+    let Some(f) = member_failure(args)? else { return Ok(None) };
+    if f.rank >= n {
+        bail!("--fail-member {}@...: the group has ranks 0 to {}", f.rank, n - 1);
+    }
+    if n < 3 {
+        bail!("--fail-member: a group of {n} cannot lose a member (partition safety: a majority must remain)");
+    }
+    if f.silence && !testbed {
+        bail!("--fail-member ...:silence takes a testbed host's interfaces down: use it with --testbed");
+    }
+    if sizes(args)?.len() != 1 {
+        bail!("--fail-member: give one size (--sizes): the group of the next size would miss the member");
+    }
+    Ok(Some(f))
+}
+
+/// The failing member itself: at `f.at` after `t0`, ends the process or
+/// takes every rail of its host down (to be brought back by [`unsilence`]).
+fn fail_self(f: MemberFailure, rails: usize, t0: Instant) {
+    std::thread::sleep(f.at.saturating_sub(t0.elapsed()));
+    if !f.silence {
+        eprintln!("multirail: bench group: rank {} ends its process now (--fail-member)", f.rank);
+        std::process::exit(0);
+    }
+    eprintln!("multirail: bench group: rank {} takes its {rails} rails down now (--fail-member)", f.rank);
+    set_links(rails, "down");
+}
+
+fn set_links(rails: usize, state: &str) {
+    for r in 0..rails {
+        let dev = format!("rail{r}");
+        let ok = std::process::Command::new("ip").args(["link", "set", &dev, state]).status();
+        if !ok.is_ok_and(|s| s.success()) {
+            eprintln!("multirail: --fail-member: `ip link set {dev} {state}` failed");
+        }
+    }
+}
+
 fn count_for(args: &BenchArgs, size: u64) -> u64 {
     args.count.unwrap_or_else(|| (200_000_000 / size.max(1)).clamp(100, 10_000)).max(1)
 }
@@ -129,6 +194,9 @@ struct NodeResult {
     order: u64,
     per_sender: Vec<u64>,
     error: Option<String>,
+    /// `--fail-member`: seconds from the failure to the new view (NaN
+    /// without one).
+    view_after: f64,
 }
 
 impl NodeResult {
@@ -136,6 +204,7 @@ impl NodeResult {
         let mut b = Vec::new();
         b.extend_from_slice(&self.rate.to_le_bytes());
         b.extend_from_slice(&self.order.to_le_bytes());
+        b.extend_from_slice(&self.view_after.to_le_bytes());
         b.extend_from_slice(&(self.per_sender.len() as u64).to_le_bytes());
         for h in &self.per_sender {
             b.extend_from_slice(&h.to_le_bytes());
@@ -159,6 +228,7 @@ impl NodeResult {
         };
         let rate = f64::from_le_bytes(word()?);
         let order = u64::from_le_bytes(word()?);
+        let view_after = f64::from_le_bytes(word()?);
         let ns = u64::from_le_bytes(word()?) as usize;
         let per_sender = (0..ns).map(|_| word().map(u64::from_le_bytes)).collect::<anyhow::Result<_>>()?;
         let nl = u64::from_le_bytes(word()?) as usize;
@@ -166,7 +236,7 @@ impl NodeResult {
         let ne = u64::from_le_bytes(word()?) as usize;
         let e = b.get(at..at + ne).context("short result message")?;
         let error = (ne > 0).then(|| String::from_utf8_lossy(e).into_owned());
-        Ok(NodeResult { rate, lat_us, order, per_sender, error })
+        Ok(NodeResult { rate, lat_us, order, per_sender, error, view_after })
     }
 }
 
@@ -206,10 +276,18 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
     let (senders, from) = senders_of(&args.senders, n)?;
     let mode = if args.unordered { Mode::Unordered } else { Mode::Ordered };
     let relay_min = relay_min(args)?;
-    let lead = me == 0;
+    let testbed = std::env::var(fail::TESTBED_PREFIX).is_ok_and(|p| !p.is_empty());
+    let failure = check_member_failure(args, n, testbed)?;
+    // Results go to the lowest member that does not fail; only rank 0's
+    // output reaches the terminal under `bench`, so another lead writes
+    // its row to stderr.
+    let survivors: Vec<u32> = (0..n).filter(|r| failure.is_none_or(|f| f.rank != *r)).collect();
+    let lead_rank = survivors[0];
+    let lead = me == lead_rank;
     let rails = ep.rail_names().join(",");
-    let mut out = std::io::stdout().lock();
-    if lead && !args.json {
+    let mut out: Box<dyn Write> =
+        if me == 0 { Box::new(std::io::stdout().lock()) } else { Box::new(std::io::stderr()) };
+    if me == 0 && !args.json {
         let mut h = format!(
             "# multirail bench group (ordered multicast, Derecho's bandwidth_test) v{}\n",
             env!("CARGO_PKG_VERSION")
@@ -247,26 +325,58 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
             ..GroupOptions::default()
         };
         let g = Group::new(ep.clone(), opts).context("joining the group")?;
-        let mine = measure(&g, me, n, &from, size as usize, count, args.validate);
+        let run = Run { me, n, from: &from, size: size as usize, count, validate: args.validate, failure };
+        let mine = measure(&g, &run, ep.rail_names().len());
+        if failure.is_some_and(|f| f.rank == me) {
+            // The failed member (silenced: a crashed one is gone): no
+            // barrier, no result; its rails come back for the next run.
+            g.close();
+            drop(g);
+            set_links(ep.rail_names().len(), "up");
+            let why = match &mine {
+                Ok(r) => r.error.clone().unwrap_or_else(|| "the run ended before it failed".into()),
+                Err(e) => format!("{e:#}"),
+            };
+            eprintln!("multirail: bench group: rank {me} (--fail-member) stopped: {why}");
+            return Ok(0);
+        }
         // Everybody is done before anybody stops driving its group.
-        ep.barrier().context("barrier after a size")?;
+        if failure.is_some() {
+            survivors_barrier(ep, &survivors).context("barrier of the survivors after the size")?;
+        } else {
+            ep.barrier().context("barrier after a size")?;
+        }
         g.close();
         drop(g);
         let mine = mine?;
         let tag = RESULT_TAG + i as u64;
         if !lead {
-            ep.send(0, tag, &mine.encode())?;
+            ep.send(lead_rank, tag, &mine.encode())?;
             continue;
         }
-        let mut all = vec![mine];
         let cap = 64 + 8 * (from.len() + count as usize) + 4096;
-        for r in 1..n {
+        let mut all: Vec<(u32, NodeResult)> = Vec::new();
+        let mut mine = Some(mine);
+        for &r in &survivors {
+            if r == me {
+                all.push((r, mine.take().expect("once")));
+                continue;
+            }
             let mut buf = vec![0u8; cap];
             let st = ep.recv(Some(r), Some(tag), &mut buf)?;
-            all.push(NodeResult::decode(&buf[..st.len as usize]).with_context(|| format!("rank {r}'s result"))?);
+            all.push((r, NodeResult::decode(&buf[..st.len as usize]).with_context(|| format!("rank {r}'s result"))?));
         }
         let mut failed: Vec<String> =
-            all.iter().enumerate().filter_map(|(r, x)| x.error.as_ref().map(|e| format!("rank {r}: {e}"))).collect();
+            all.iter().filter_map(|(r, x)| x.error.as_ref().map(|e| format!("rank {r}: {e}"))).collect();
+        if let Some(f) = failure
+            && all.iter().any(|(_, x)| x.view_after.is_nan())
+        {
+            failed.push(format!(
+                "rank {} was to fail at {:?} but the run ended without a view change: give an earlier time",
+                f.rank, f.at
+            ));
+        }
+        let all: Vec<NodeResult> = all.into_iter().map(|(_, x)| x).collect();
         if args.validate {
             let same = match mode {
                 Mode::Ordered => all.iter().all(|x| x.order == all[0].order),
@@ -299,14 +409,36 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
                 "p99": p99,
                 "latency_unit": "us",
                 "validated": args.validate && failed.is_empty(),
+                "fail_member": failure.map(|f| serde_json::json!({
+                    "rank": f.rank,
+                    "at_ms": f.at.as_secs_f64() * 1e3,
+                    "how": if f.silence { "silence" } else { "crash" },
+                    "view_after_ms": all.iter().map(|x| x.view_after * 1e3).collect::<Vec<_>>(),
+                })),
             });
             format!("{v}\n")
         } else {
             let mut l = format!("{:<10}{:>8}{:>14.3}", size, count, mean);
-            for r in &rates {
-                l.push_str(&format!("{r:>12.3}"));
+            let mut rs = rates.iter();
+            for r in 0..n {
+                match failure.filter(|f| f.rank == r) {
+                    Some(_) => l.push_str(&format!("{:>12}", "-")),
+                    None => l.push_str(&format!("{:>12.3}", rs.next().copied().unwrap_or(f64::NAN))),
+                }
             }
             l.push_str(&format!("{p50:>14.1}{p99:>14.1}\n"));
+            if let Some(f) = failure {
+                let mut v: Vec<f64> = all.iter().map(|x| x.view_after * 1e3).collect();
+                v.sort_by(f64::total_cmp);
+                l.push_str(&format!(
+                    "# fail-member: rank {} {} at {:.0} ms; the others installed a view without it {:.0} to {:.0} ms later\n",
+                    f.rank,
+                    if f.silence { "went silent" } else { "crashed" },
+                    f.at.as_secs_f64() * 1e3,
+                    v[0],
+                    v[v.len() - 1],
+                ));
+            }
             l
         };
         out.write_all(line.as_bytes())?;
@@ -321,22 +453,47 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
     Ok(code)
 }
 
-/// One size at one node: send (if a sender) from a second thread, deliver
-/// here.
-fn measure(
-    g: &Group,
+/// One size's parameters at one node.
+struct Run<'a> {
     me: u32,
     n: u32,
-    from: &[u32],
+    from: &'a [u32],
     size: usize,
     count: u64,
     validate: bool,
-) -> anyhow::Result<NodeResult> {
-    let expected = count * from.len() as u64;
+    failure: Option<MemberFailure>,
+}
+
+/// Every survivor waits for the others (the failed member is not asked).
+fn survivors_barrier(ep: &Endpoint, survivors: &[u32]) -> anyhow::Result<()> {
+    let (me, lead) = (ep.rank(), survivors[0]);
+    let mut b = [0u8; 1];
+    if me == lead {
+        for &r in &survivors[1..] {
+            ep.recv(Some(r), Some(SYNC_TAG), &mut b)?;
+        }
+        for &r in &survivors[1..] {
+            ep.send(r, SYNC_TAG, &b)?;
+        }
+    } else {
+        ep.send(lead, SYNC_TAG, &b)?;
+        ep.recv(Some(lead), Some(SYNC_TAG), &mut b)?;
+    }
+    Ok(())
+}
+
+/// One size at one node: send (if a sender) from a second thread, deliver
+/// here. `rails`: how many the endpoint has (`--fail-member ...:silence`).
+fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
+    let Run { me, n, from, size, count, validate, failure } = *run;
+    let mut expected = count * from.len() as u64;
     let sent_at: Mutex<VecDeque<Instant>> = Mutex::new(VecDeque::new());
     let fixed = Bytes::from(vec![0x5a; size]);
     let t0 = Instant::now();
     std::thread::scope(|s| {
+        if let Some(f) = failure.filter(|f| f.rank == me) {
+            s.spawn(move || fail_self(f, rails, t0));
+        }
         let sender = from.contains(&me).then(|| {
             let (sent_at, fixed) = (&sent_at, &fixed);
             s.spawn(move || -> anyhow::Result<()> {
@@ -355,6 +512,8 @@ fn measure(
         let mut order = 0u64;
         let mut per_sender = vec![0u64; n as usize];
         let mut next = vec![0u64; n as usize];
+        let mut got_from = vec![0u64; n as usize];
+        let mut view_after = f64::NAN;
         let mut error = None;
         while got < expected {
             let ev = match g.recv_timeout(STALL) {
@@ -370,13 +529,25 @@ fn measure(
             };
             let d = match ev {
                 GroupEvent::Message(d) => d,
-                GroupEvent::View { view, members } => {
-                    error = Some(format!("view {view} installed with {members:?}: a member was lost"));
-                    break;
-                }
+                GroupEvent::View { view, members } => match failure {
+                    // The planned failure: one view without that member.
+                    Some(f) if view_after.is_nan() && members.len() as u32 == n - 1 && !members.contains(&f.rank) => {
+                        view_after = t0.elapsed().as_secs_f64() - f.at.as_secs_f64();
+                        if from.contains(&f.rank) {
+                            // Its messages after the cut are gone.
+                            expected -= count - got_from[f.rank as usize];
+                        }
+                        continue;
+                    }
+                    _ => {
+                        error = Some(format!("view {view} installed with {members:?}: a member was lost"));
+                        break;
+                    }
+                },
             };
             let now = Instant::now();
             got += 1;
+            got_from[d.sender as usize] += 1;
             bytes += d.payload.len() as u64;
             last = now;
             if d.sender == me {
@@ -407,6 +578,6 @@ fn measure(
             }
         }
         let secs = last.duration_since(t0).as_secs_f64().max(1e-9);
-        Ok(NodeResult { rate: bytes as f64 / secs, lat_us, order, per_sender, error })
+        Ok(NodeResult { rate: bytes as f64 / secs, lat_us, order, per_sender, error, view_after })
     })
 }
