@@ -663,29 +663,34 @@ fn a_group_rides_out_a_silent_rail_of_any_length() {
         ("1@0ms:for=600ms", "from before the group starts, host0"),
     ];
     for (spec, what) in cases {
-        let args = [
-            "bench",
-            "group",
-            "--testbed",
-            "--testbed-prefix",
-            &tb.0,
-            "--senders",
-            "all",
-            "--sizes",
-            "1M",
-            "--count",
-            "400",
-            "--validate",
-            "--fail-rail",
-            spec,
-        ];
         let what = format!("group, rail 1 silent {what}");
-        let o = bounded(multirail(&args), Duration::from_secs(180), &what);
-        let err = check(&o, &what);
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(out.lines().any(|l| l.starts_with("1048576 ")), "{what}: no result row: {out}{err}");
-        assert!(err.contains("# fail-rail: rail 1"), "{what}: the rail was taken down: {err}");
+        let out = group_run(&tb, &["--count", "400", "--fail-rail", spec], &what);
+        assert!(out.contains("# fail-rail: rail 1"), "{what}: the rail was taken down: {out}");
     }
+}
+
+/// A validated all-senders 1 MB `bench group` run on the 3-host testbed
+/// `tb` with the extra flags; checks that it succeeded and printed its row
+/// and returns stdout and stderr.
+fn group_run(tb: &Testbed, extra: &[&str], what: &str) -> String {
+    let mut args = vec![
+        "bench",
+        "group",
+        "--testbed",
+        "--testbed-prefix",
+        &tb.0,
+        "--senders",
+        "all",
+        "--sizes",
+        "1M",
+        "--validate",
+    ];
+    args.extend_from_slice(extra);
+    let o = bounded(multirail(&args), Duration::from_secs(180), what);
+    let err = check(&o, what);
+    let both = format!("{}{err}", String::from_utf8_lossy(&o.stdout));
+    assert!(both.lines().any(|l| l.starts_with("1048576 ")), "{what}: no result row: {both}");
+    both
 }
 
 /// A member of a 3-host group fails mid-run, each way a user meets: its
@@ -710,27 +715,8 @@ fn a_group_loses_a_member_and_goes_on() {
         format!("0@{}ms:silence", at(3)),
     ];
     for spec in &specs {
-        let args = [
-            "bench",
-            "group",
-            "--testbed",
-            "--testbed-prefix",
-            &tb.0,
-            "--senders",
-            "all",
-            "--sizes",
-            "1M",
-            "--count",
-            "300",
-            "--validate",
-            "--fail-member",
-            spec.as_str(),
-        ];
         let what = format!("group, --fail-member {spec}");
-        let o = bounded(multirail(&args), Duration::from_secs(180), &what);
-        let err = check(&o, &what);
-        let both = format!("{}{err}", String::from_utf8_lossy(&o.stdout));
-        assert!(both.lines().any(|l| l.starts_with("1048576 ")), "{what}: no result row: {both}");
+        let both = group_run(&tb, &["--count", "300", "--fail-member", spec], &what);
         assert!(both.contains("installed a view without it"), "{what}: {both}");
         if spec.ends_with("silence") {
             assert!(both.contains("partition safety"), "{what}: the silenced member stopped by itself: {both}");
