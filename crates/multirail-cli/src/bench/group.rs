@@ -148,7 +148,8 @@ fn check_member_failure(args: &BenchArgs, n: u32, testbed: bool) -> anyhow::Resu
 }
 
 /// The failing member itself: at `f.at` after `t0`, ends the process or
-/// takes every rail of its host down (to be brought back by [`unsilence`]).
+/// takes every rail of its host down (the caller brings them back with
+/// [`set_links`] once the member stopped).
 fn fail_self(f: MemberFailure, rails: usize, t0: Instant) {
     std::thread::sleep(f.at.saturating_sub(t0.elapsed()));
     if !f.silence {
