@@ -273,7 +273,12 @@ fn a_rail_down_before_the_start_joins_when_it_comes_up() {
         std::thread::sleep(Duration::from_secs(5));
         ip("up");
     });
-    let (out, _) = bw_out(&tb, &["--iterations", "200"], "rail 0 down before the start");
+    // 100 x 64 MiB: at least 27 s at the two rails' 250 MB/s, well past
+    // the 5 s, and inside the 120 s bound in a debug build that shares the
+    // CPUs with the other testbed tests (200 took 73 s alone in a release
+    // build and passed the bound in CI on 2026-11-26 only until the group
+    // tests ran beside it).
+    let (out, _) = bw_out(&tb, &["--iterations", "100"], "rail 0 down before the start");
     back.join().expect("rail0 back up");
     // Size, MB/s, Validation, rail0 MB, rail0 %, rail1 MB, rail1 %.
     let last: Vec<&str> = out.lines().last().unwrap_or_default().split_whitespace().collect();
