@@ -426,11 +426,12 @@ impl GroupCore {
     /// before (`step` -1) `r` among the unsuspected members of the view,
     /// in rank order, wrapping round; `r` itself if it is alone.
     fn ring(&self, r: Rank, step: isize) -> Rank {
-        let live: Vec<Rank> = self.members.iter().copied().filter(|m| !self.suspected.contains(m)).collect();
-        let Some(i) = live.iter().position(|m| *m == r) else {
+        let live = || self.members.iter().copied().filter(|m| !self.suspected.contains(m));
+        let Some(i) = live().position(|m| m == r) else {
             return r;
         };
-        live[(i as isize + step).rem_euclid(live.len() as isize) as usize]
+        let at = (i as isize + step).rem_euclid(live().count() as isize) as usize;
+        live().nth(at).expect("in range")
     }
 
     // ---- inputs --------------------------------------------------------
@@ -534,9 +535,11 @@ impl GroupCore {
         };
         if self.logs[pos].insert(entry) {
             self.dirty = true;
-            let next = self.ring(self.me, 1);
-            if relay && next != sender {
-                self.effects.push(Effect::Send { to: next, frame });
+            if relay {
+                let next = self.ring(self.me, 1);
+                if next != sender {
+                    self.effects.push(Effect::Send { to: next, frame });
+                }
             }
         }
     }
