@@ -563,11 +563,14 @@ impl Driver {
             }
         }
         let mut sends: Vec<(ReqId, u32)> = Vec::new();
-        // The last data frame encoded: each goes to every peer.
-        let mut encoded: Option<((u64, u32, u64), Bytes)> = None;
-        // Relayed data frames received this turn, as received: the core
-        // passes them on unchanged, so they go out without a new copy.
-        let mut relayed: Vec<((u64, u32, u64), Bytes)> = Vec::new();
+        // Data frames already in bytes this turn, by (view, sender, index):
+        // relayed ones as received (the core passes them on unchanged, so
+        // they go out without a new copy) and own ones once encoded (one
+        // encoding for every peer). The core sends a frame in the turn that
+        // receives or makes it, so the list is cleared every turn; a frame it
+        // sends later (one of the next view, held until the install) is
+        // encoded again.
+        let mut framed: Vec<((u64, u32, u64), Bytes)> = Vec::new();
         let mut again = false;
         loop {
             // The application's messages, as far as the window allows.
@@ -613,7 +616,7 @@ impl Driver {
                         match Frame::decode(&raw) {
                             Ok(f) => {
                                 if let Frame::Data { view, sender, index, relay: true, .. } = &f {
-                                    relayed.push(((*view, *sender, *index), raw.clone()));
+                                    framed.push(((*view, *sender, *index), raw.clone()));
                                 }
                                 self.core.on_message(p.peer, f)
                             }
@@ -671,16 +674,12 @@ impl Driver {
                         let (tag, bytes) = match &frame {
                             Frame::Data { view, sender, index, .. } => {
                                 let key = (*view, *sender, *index);
-                                let bytes = if let Some(i) = relayed.iter().position(|(k, _)| *k == key) {
-                                    relayed.swap_remove(i).1
-                                } else {
-                                    match &encoded {
-                                        Some((k, b)) if *k == key => b.clone(),
-                                        _ => {
-                                            let b = frame.encode();
-                                            encoded = Some((key, b.clone()));
-                                            b
-                                        }
+                                let bytes = match framed.iter().find(|(k, _)| *k == key) {
+                                    Some((_, b)) => b.clone(),
+                                    None => {
+                                        let b = frame.encode();
+                                        framed.push((key, b.clone()));
+                                        b
                                     }
                                 };
                                 (self.data_tag, bytes)
@@ -712,8 +711,7 @@ impl Driver {
                     Effect::Partitioned { view_id } => stop = Some(Stop::Partitioned(view_id)),
                 }
             }
-            // What the core did not pass on this turn it never will.
-            relayed.clear();
+            framed.clear();
             self.reclaim();
             if self.core.is_stopped() && stop.is_none() {
                 stop = Some(Stop::Failed);
