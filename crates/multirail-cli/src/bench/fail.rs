@@ -108,6 +108,23 @@ fn check_plans(plans: &[FailPlan], nrails: usize, testbed: bool) -> anyhow::Resu
     Ok(())
 }
 
+/// Takes testbed interface `rail{rail}` down or up (`ip link set`), in
+/// host namespace `netns` or in the one this process runs in; a failure is
+/// said on stderr, naming `flag`.
+pub fn set_link(netns: Option<&str>, rail: usize, down: bool, flag: &str) {
+    let state = if down { "down" } else { "up" };
+    let dev = format!("rail{rail}");
+    let mut args: Vec<&str> = Vec::new();
+    if let Some(n) = netns {
+        args.extend(["-n", n]);
+    }
+    args.extend(["link", "set", &dev, state]);
+    let ok = std::process::Command::new("ip").args(&args).status().is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("multirail: {flag}: `ip {}` failed", args.join(" "));
+    }
+}
+
 /// Takes rails down and up as planned.
 pub struct Injector {
     plans: Vec<Armed>,
@@ -174,15 +191,7 @@ impl Armed {
             self.switch.store(down, Ordering::Release);
             return;
         };
-        let state = if down { "down" } else { "up" };
-        let dev = format!("rail{}", self.plan.rail);
-        let ok = std::process::Command::new("ip")
-            .args(["-n", netns, "link", "set", &dev, state])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("multirail: --fail-rail: `ip -n {netns} link set {dev} {state}` failed");
-        }
+        set_link(Some(netns), self.plan.rail, down, "--fail-rail");
     }
 
     /// Returns when the rail went down and came back up.

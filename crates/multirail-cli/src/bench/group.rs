@@ -157,16 +157,13 @@ fn fail_self(f: MemberFailure, rails: usize, t0: Instant) {
         std::process::exit(0);
     }
     eprintln!("multirail: bench group: rank {} takes its {rails} rails down now (--fail-member)", f.rank);
-    set_links(rails, "down");
+    set_links(rails, true);
 }
 
-fn set_links(rails: usize, state: &str) {
+/// Takes every rail of this rank's testbed host down or up.
+fn set_links(rails: usize, down: bool) {
     for r in 0..rails {
-        let dev = format!("rail{r}");
-        let ok = std::process::Command::new("ip").args(["link", "set", &dev, state]).status();
-        if !ok.is_ok_and(|s| s.success()) {
-            eprintln!("multirail: --fail-member: `ip link set {dev} {state}` failed");
-        }
+        fail::set_link(None, r, down, "--fail-member");
     }
 }
 
@@ -333,7 +330,7 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
             // barrier, no result; its rails come back for the next run.
             g.close();
             drop(g);
-            set_links(ep.rail_names().len(), "up");
+            set_links(ep.rail_names().len(), false);
             let why = match &mine {
                 Ok(r) => r.error.clone().unwrap_or_else(|| "the run ended before it failed".into()),
                 Err(e) => format!("{e:#}"),
