@@ -532,6 +532,13 @@ pub struct BenchArgs {
     /// to every member. `off`: never relay. Default 64K.
     #[arg(long, value_name = "SIZE|off", help_heading = "Benchmark")]
     pub relay_min: Option<String>,
+    /// (group) Payloads longer than SIZE travel in group chunks of SIZE,
+    /// each passed on along the chain as soon as it arrives (pipelined
+    /// instead of store-and-forward); members copy the chunks into one
+    /// buffer per message. `off`: whole messages. Default 1M. (Not
+    /// `--chunk`, the channel's striping unit.)
+    #[arg(long, value_name = "SIZE|off", help_heading = "Benchmark")]
+    pub relay_chunk: Option<String>,
     /// (group) A member fails mid-run: RANK@TIME[:silence], e.g. 2@1s or
     /// 0@500ms:silence. Without `:silence` its process ends at TIME
     /// without closing anything (a crash: the kernel closes its

@@ -63,10 +63,13 @@ fn group_bench_table_and_json() {
         "30",
         "-W",
         "4",
+        "--relay-chunk",
+        "16K",
         "--validate",
     ]));
     assert!(o.status.success());
     let table = stdout(&o);
+    assert!(table.contains("relay chunk: 16K"), "{table}");
     let r = rows(&table);
     assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1024, 65536], "{table}");
     for (_, cols) in &r {
@@ -96,6 +99,14 @@ fn group_bench_table_and_json() {
     );
     assert_eq!(v[0]["validated"].as_bool(), Some(true), "{}", v[0]);
     assert_eq!(v[0]["per_node"].as_array().map(Vec::len), Some(3));
+    assert_eq!(v[0]["relay_chunk"].as_u64(), Some(1 << 20), "{}", v[0]);
+}
+
+#[test]
+fn group_bench_refuses_an_empty_chunk() {
+    let o = run(&mut multirail(&["bench", "group", "--sizes", "1K", "--relay-chunk", "0"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("at least one byte"), "{err}");
 }
 
 /// A member's process ends mid-run (`--fail-member RANK@TIME`, a crash:

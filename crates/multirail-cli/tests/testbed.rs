@@ -657,6 +657,7 @@ fn more_ranks_than_the_testbed_holds_is_an_error_saying_what_to_do() {
 /// the failure timeout, for good, and from before the group starts. The
 /// other rail carries the group: no member is suspected (`bench group`
 /// fails the run on a view change), nothing is lost, the run finishes.
+/// Every other case sends the messages in relayed chunks of 256 KiB.
 #[test]
 fn a_group_rides_out_a_silent_rail_of_any_length() {
     let Some(tb) = Testbed::up_hosts("g", "2gbit", 2, 3) else { return };
@@ -667,9 +668,10 @@ fn a_group_rides_out_a_silent_rail_of_any_length() {
         ("1@300ms:for=forever:side=host1", "for good, host1"),
         ("1@0ms:for=600ms", "from before the group starts, host0"),
     ];
-    for (spec, what) in cases {
-        let what = format!("group, rail 1 silent {what}");
-        let out = group_run(&tb, &["--count", "400", "--fail-rail", spec], &what);
+    for (i, (spec, what)) in cases.into_iter().enumerate() {
+        let chunk = if i % 2 == 0 { "off" } else { "256K" };
+        let what = format!("group, rail 1 silent {what}, chunks {chunk}");
+        let out = group_run(&tb, &["--count", "400", "--fail-rail", spec, "--relay-chunk", chunk], &what);
         assert!(out.contains("# fail-rail: rail 1"), "{what}: the rail was taken down: {out}");
     }
 }
@@ -719,9 +721,11 @@ fn a_group_loses_a_member_and_goes_on() {
         format!("1@{}ms:silence", at(2)),
         format!("0@{}ms:silence", at(3)),
     ];
-    for spec in &specs {
-        let what = format!("group, --fail-member {spec}");
-        let both = group_run(&tb, &["--count", "300", "--fail-member", spec], &what);
+    for (i, spec) in specs.iter().enumerate() {
+        // Whole messages, and chunks of 256 KiB under way when it fails.
+        let chunk = if i % 2 == 0 { "off" } else { "256K" };
+        let what = format!("group, --fail-member {spec}, chunks {chunk}");
+        let both = group_run(&tb, &["--count", "300", "--fail-member", spec, "--relay-chunk", chunk], &what);
         assert!(both.contains("installed a view without it"), "{what}: {both}");
         if spec.ends_with("silence") {
             assert!(both.contains("partition safety"), "{what}: the silenced member stopped by itself: {both}");

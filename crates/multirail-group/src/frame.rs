@@ -1,7 +1,9 @@
 //! Frames exchanged between group members, and their byte encoding.
 //!
-//! Three kinds: [`Frame::Data`] (one application message, sent by its
-//! sender to every member or relayed along the chain), [`Frame::Null`]
+//! Four kinds: [`Frame::Data`] (one application message, sent by its
+//! sender to every member or relayed along the chain), [`Frame::Chunk`]
+//! (a piece of a message longer than the sender's chunk size, travelling
+//! the same way), [`Frame::Null`]
 //! (a run of null messages that fill an idle sender's turns) and
 //! [`Frame::Row`] (the sender's whole state row: monotonic counters and the
 //! view-change fields, pushed as an overwrite; later rows subsume earlier
@@ -23,6 +25,10 @@ const TAG_NULL: u8 = 2;
 const TAG_ROW: u8 = 3;
 /// A [`Frame::Data`] with `relay` set: same fields as [`TAG_DATA`].
 const TAG_RELAY: u8 = 4;
+/// A [`Frame::Chunk`] without `relay`.
+const TAG_CHUNK: u8 = 5;
+/// A [`Frame::Chunk`] with `relay` set.
+const TAG_RELAY_CHUNK: u8 = 6;
 
 /// Most ranks a decoded list may hold.
 pub const MAX_RANKS: usize = 1 << 16;
@@ -77,6 +83,12 @@ pub enum Frame {
     /// rank order, each member passes it on, wrapping round, up to the one
     /// before the sender); without, the sender gives it to every member.
     Data { view: u64, sender: Rank, index: u64, payload: Bytes, relay: bool },
+    /// Bytes `offset .. offset + bytes.len()` of message `index` of
+    /// `sender`, whose payload is `total` bytes long: a payload longer than
+    /// the sender's chunk size travels in chunks, each passed on along the
+    /// chain (with `relay`) as soon as it arrives, so a long message
+    /// crosses the chain in pipeline instead of store-and-forward.
+    Chunk { view: u64, sender: Rank, index: u64, total: u32, offset: u32, bytes: Bytes, relay: bool },
     /// Null messages `first .. first + count` of `sender` in `view`.
     Null { view: u64, sender: Rank, first: u64, count: u64 },
     /// The state row of the member that sends it.
@@ -131,6 +143,13 @@ impl Frame {
     /// Encodes the frame (version byte first).
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::new();
+        self.encode_into(&mut b);
+        b.freeze()
+    }
+
+    /// Appends the frame's encoding to `b` (a reused buffer saves the
+    /// allocation, and for large frames its page faults).
+    pub fn encode_into(&self, b: &mut BytesMut) {
         b.put_u8(WIRE_VERSION);
         match self {
             Frame::Data { view, sender, index, payload, relay } => {
@@ -141,6 +160,17 @@ impl Frame {
                 b.put_u64_le(*index);
                 b.put_u32_le(payload.len() as u32);
                 b.put_slice(payload);
+            }
+            Frame::Chunk { view, sender, index, total, offset, bytes, relay } => {
+                b.reserve(1 + 8 + 4 + 8 + 4 + 4 + 4 + bytes.len());
+                b.put_u8(if *relay { TAG_RELAY_CHUNK } else { TAG_CHUNK });
+                b.put_u64_le(*view);
+                b.put_u32_le(*sender);
+                b.put_u64_le(*index);
+                b.put_u32_le(*total);
+                b.put_u32_le(*offset);
+                b.put_u32_le(bytes.len() as u32);
+                b.put_slice(bytes);
             }
             Frame::Null { view, sender, first, count } => {
                 b.put_u8(TAG_NULL);
@@ -169,11 +199,10 @@ impl Frame {
                 for s in &r.suspected {
                     b.put_u32_le(*s);
                 }
-                put_proposal(&mut b, &r.proposal);
-                put_proposal(&mut b, &r.installed_from);
+                put_proposal(b, &r.proposal);
+                put_proposal(b, &r.installed_from);
             }
         }
-        b.freeze()
     }
 
     /// Decodes one frame that fills `bytes` exactly. Data payloads are
@@ -197,6 +226,24 @@ impl Frame {
                 let payload = bytes.slice(r.at..r.at + len);
                 r.at += len;
                 Frame::Data { view, sender, index, payload, relay: tag == TAG_RELAY }
+            }
+            TAG_CHUNK | TAG_RELAY_CHUNK => {
+                let view = r.u64()?;
+                let sender = r.u32()?;
+                let index = r.u64()?;
+                let total = r.u32()?;
+                let offset = r.u32()?;
+                let len = r.u32()?;
+                if len == 0 || u64::from(offset) + u64::from(len) > u64::from(total) {
+                    return Err(DecodeError::Invalid("chunk outside its message"));
+                }
+                let len = len as usize;
+                if len > r.left() {
+                    return Err(DecodeError::Short);
+                }
+                let bytes = bytes.slice(r.at..r.at + len);
+                r.at += len;
+                Frame::Chunk { view, sender, index, total, offset, bytes, relay: tag == TAG_RELAY_CHUNK }
             }
             TAG_NULL => {
                 let view = r.u64()?;

@@ -75,10 +75,10 @@
 mod frame;
 mod log;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 pub use frame::{DecodeError, Frame, MAX_RANKS, Proposal, Row, WIRE_VERSION};
 use log::{Entry, SenderLog};
@@ -98,6 +98,15 @@ pub const ROWS_LATE_FACTOR: u32 = 60;
 /// the view has three members or more) by default; see
 /// [`GroupConfig::relay_min`].
 pub const DEFAULT_RELAY_MIN: usize = 64 * 1024;
+
+/// Payloads longer than this travel in chunks of this many bytes by
+/// default; see [`GroupConfig::chunk`].
+pub const DEFAULT_CHUNK: usize = 1 << 20;
+
+/// Buffers of reassembled messages kept for reuse ([`GroupCore::recycle`]):
+/// at most this many, and at most [`POOL_BYTES`] in all.
+const POOL_BUFFERS: usize = 8;
+const POOL_BYTES: usize = 256 << 20;
 
 /// A member is named by its rank in the initial membership.
 pub type Rank = u32;
@@ -153,6 +162,14 @@ pub struct GroupConfig {
     /// `usize::MAX` turns relaying off. Only the sender reads it: members
     /// may differ.
     pub relay_min: usize,
+    /// A payload longer than this many bytes is sent in chunks of this
+    /// size ([`Frame::Chunk`]); a relaying member passes each chunk on as
+    /// it arrives, so a long message crosses the chain in pipeline rather
+    /// than store-and-forward, and the receives the caller posts need not
+    /// be as long as the longest message. Members copy the chunks into one
+    /// buffer per message (reused through [`GroupCore::recycle`]).
+    /// `usize::MAX`: whole messages. Only the sender reads it.
+    pub chunk: usize,
 }
 
 impl GroupConfig {
@@ -169,6 +186,7 @@ impl GroupConfig {
             heartbeat_interval: Duration::from_millis(10),
             partition_safety: true,
             relay_min: DEFAULT_RELAY_MIN,
+            chunk: DEFAULT_CHUNK,
         }
     }
 }
@@ -181,6 +199,7 @@ pub enum ConfigError {
     SenderOutOfRange(Rank),
     ZeroWindow,
     TooManyMembers,
+    ZeroChunk,
 }
 
 /// Why [`GroupCore::send`] refused a message.
@@ -221,6 +240,15 @@ pub enum Effect {
     Partitioned { view_id: u64 },
 }
 
+/// A message whose chunks are arriving.
+struct Part {
+    buf: BytesMut,
+    total: usize,
+    got: usize,
+    /// (offset, length) of each chunk taken.
+    have: Vec<(usize, usize)>,
+}
+
 /// One group member's ordering state machine.
 pub struct GroupCore {
     n: u32,
@@ -232,12 +260,19 @@ pub struct GroupCore {
     hb_interval: Duration,
     partition_safety: bool,
     relay_min: usize,
+    chunk: usize,
 
     view: u64,
     members: Vec<Rank>,
     senders: Vec<Rank>,
     my_pos: Option<usize>,
     logs: Vec<SenderLog>,
+    /// Messages of others whose chunks are arriving, by (sender position,
+    /// index), and the bytes they reserve.
+    parts: BTreeMap<(usize, u64), Part>,
+    parts_bytes: usize,
+    /// Buffers handed back for reassembly ([`GroupCore::recycle`]).
+    pool: Vec<BytesMut>,
     /// Per sender position: next index to deliver.
     next_deliver: Vec<u64>,
     /// Own next index (data and nulls).
@@ -287,6 +322,9 @@ impl GroupCore {
         if cfg.window == 0 {
             return Err(ConfigError::ZeroWindow);
         }
+        if cfg.chunk == 0 {
+            return Err(ConfigError::ZeroChunk);
+        }
         let declared: Vec<Rank> = match &cfg.senders {
             Senders::All => (0..cfg.members).collect(),
             Senders::One(r) => vec![*r],
@@ -306,11 +344,15 @@ impl GroupCore {
             hb_interval: cfg.heartbeat_interval,
             partition_safety: cfg.partition_safety,
             relay_min: cfg.relay_min,
+            chunk: cfg.chunk,
             view: 0,
             members: (0..cfg.members).collect(),
             senders: Vec::new(),
             my_pos: None,
             logs: Vec::new(),
+            parts: BTreeMap::new(),
+            parts_bytes: 0,
+            pool: Vec::new(),
             next_deliver: Vec::new(),
             next_index: 0,
             own: VecDeque::new(),
@@ -343,6 +385,10 @@ impl GroupCore {
         self.senders = self.declared.iter().copied().filter(|r| self.members.contains(r)).collect();
         self.my_pos = self.senders.iter().position(|r| *r == self.me);
         self.logs = self.senders.iter().map(|_| SenderLog::default()).collect();
+        for (_, p) in std::mem::take(&mut self.parts) {
+            self.recycle(p.buf);
+        }
+        self.parts_bytes = 0;
         self.next_deliver = vec![0; self.senders.len()];
         self.next_index = 0;
         self.own.clear();
@@ -392,15 +438,16 @@ impl GroupCore {
     pub fn delivered(&self) -> u64 {
         self.delivered
     }
-    /// Payload bytes held: received and undelivered messages of others,
-    /// own messages kept until delivered everywhere or carried over from
-    /// the previous view, and frames of the next view received before
+    /// Payload bytes held: received and undelivered messages of others
+    /// (whole, or the full length of those whose chunks are arriving), own
+    /// messages kept until delivered everywhere or carried over from the
+    /// previous view, and frames of the next view received before
     /// installing it.
     pub fn buffered_bytes(&self) -> usize {
         let others: usize =
             self.logs.iter().enumerate().filter(|(p, _)| Some(*p) != self.my_pos).map(|(_, l)| l.bytes).sum();
         let carried: usize = self.carry.iter().map(|b| b.len()).sum();
-        others + self.own_bytes + self.stash_bytes + carried
+        others + self.parts_bytes + self.own_bytes + self.stash_bytes + carried
     }
     /// Own messages held to be sent when the view allows.
     pub fn carried(&self) -> usize {
@@ -482,10 +529,27 @@ impl GroupCore {
         self.own_bytes += payload.len();
         self.own.push_back((index, payload.clone()));
         let relay = payload.len() >= self.relay_min && self.others().nth(1).is_some();
-        let frame = Frame::Data { view: self.view, sender: self.me, index, payload, relay };
         let to: Vec<Rank> = if relay { vec![self.ring(self.me, 1)] } else { self.others().collect() };
-        for t in to {
-            self.effects.push(Effect::Send { to: t, frame: frame.clone() });
+        let (view, me) = (self.view, self.me);
+        if payload.len() > self.chunk {
+            // Chunk by chunk, each to every destination, so that the first
+            // is on its way along the chain while the rest are queued.
+            let total = payload.len() as u32;
+            let mut offset = 0;
+            while offset < payload.len() {
+                let end = payload.len().min(offset + self.chunk);
+                let bytes = payload.slice(offset..end);
+                let frame = Frame::Chunk { view, sender: me, index, total, offset: offset as u32, bytes, relay };
+                for t in &to {
+                    self.effects.push(Effect::Send { to: *t, frame: frame.clone() });
+                }
+                offset = end;
+            }
+        } else {
+            let frame = Frame::Data { view, sender: me, index, payload, relay };
+            for t in to {
+                self.effects.push(Effect::Send { to: t, frame: frame.clone() });
+            }
         }
         self.dirty = true;
         index
@@ -498,10 +562,10 @@ impl GroupCore {
         }
         match frame {
             Frame::Row(r) => self.on_row(from, r),
-            Frame::Data { view, .. } | Frame::Null { view, .. } => {
+            Frame::Data { view, .. } | Frame::Chunk { view, .. } | Frame::Null { view, .. } => {
                 if view == self.view + 1 {
-                    if let Frame::Data { payload, .. } = &frame {
-                        self.stash_bytes += payload.len();
+                    if let Frame::Data { payload: b, .. } | Frame::Chunk { bytes: b, .. } = &frame {
+                        self.stash_bytes += b.len();
                     }
                     self.stash.push((from, frame));
                 } else if view == self.view {
@@ -515,13 +579,9 @@ impl GroupCore {
         if self.wedged || self.suspected.contains(&from) {
             return;
         }
-        let (sender, entry, relay) = match &frame {
-            Frame::Data { sender, index, payload, relay, .. } => {
-                (*sender, Entry { start: *index, len: 1, payload: Some(payload.clone()) }, *relay)
-            }
-            Frame::Null { sender, first, count, .. } => {
-                (*sender, Entry { start: *first, len: *count, payload: None }, false)
-            }
+        let (sender, relay) = match &frame {
+            Frame::Data { sender, relay, .. } | Frame::Chunk { sender, relay, .. } => (*sender, *relay),
+            Frame::Null { sender, .. } => (*sender, false),
             Frame::Row(_) => return,
         };
         // A message comes from its sender, or along the chain from the
@@ -533,7 +593,24 @@ impl GroupCore {
         let Some(pos) = self.senders.iter().position(|r| *r == sender) else {
             return;
         };
-        if self.logs[pos].insert(entry) {
+        let entry = match &frame {
+            Frame::Data { index, payload, .. } => Some(Entry { start: *index, len: 1, payload: Some(payload.clone()) }),
+            Frame::Null { first, count, .. } => Some(Entry { start: *first, len: *count, payload: None }),
+            Frame::Chunk { index, total, offset, bytes, .. } => {
+                match self.add_chunk(pos, *index, *total, *offset, bytes) {
+                    None => return,
+                    Some(whole) => whole.map(|p| Entry { start: *index, len: 1, payload: Some(p) }),
+                }
+            }
+            Frame::Row(_) => return,
+        };
+        // A chunk that is new (whether or not it completes its message) or
+        // a message that is new goes on along the chain.
+        let new = match entry {
+            Some(e) => self.logs[pos].insert(e),
+            None => true,
+        };
+        if new {
             self.dirty = true;
             if relay {
                 let next = self.ring(self.me, 1);
@@ -541,6 +618,58 @@ impl GroupCore {
                     self.effects.push(Effect::Send { to: next, frame });
                 }
             }
+        }
+    }
+
+    /// Copies a chunk of message `index` of the sender at `pos` into its
+    /// buffer. `None`: refused (the message is held already, or the chunk
+    /// overlaps one held, or disagrees on the length); `Some(None)`: taken,
+    /// more to come; `Some(Some(payload))`: the message is complete.
+    fn add_chunk(&mut self, pos: usize, index: u64, total: u32, offset: u32, bytes: &Bytes) -> Option<Option<Bytes>> {
+        if self.logs[pos].holds(index) {
+            return None;
+        }
+        let total = total as usize;
+        if !self.parts.contains_key(&(pos, index)) {
+            let buf = match self.pool.iter().position(|b| b.capacity() >= total) {
+                Some(i) => self.pool.swap_remove(i),
+                None => BytesMut::with_capacity(total),
+            };
+            self.parts.insert((pos, index), Part { buf, total, got: 0, have: Vec::new() });
+            self.parts_bytes += total;
+        }
+        let part = self.parts.get_mut(&(pos, index)).expect("inserted");
+        let (at, n) = (offset as usize, bytes.len());
+        if part.total != total || part.have.iter().any(|&(a, l)| at < a + l && a < at + n) {
+            return None;
+        }
+        // Chunks come in order along one path; a gap (chunks reordered)
+        // is filled with zeros until its chunk comes.
+        if part.buf.len() < at + n {
+            part.buf.resize(at, 0);
+            part.buf.extend_from_slice(bytes);
+        } else {
+            part.buf[at..at + n].copy_from_slice(bytes);
+        }
+        part.got += n;
+        part.have.push((at, n));
+        if part.got < total {
+            return Some(None);
+        }
+        let part = self.parts.remove(&(pos, index)).expect("present");
+        self.parts_bytes -= total;
+        Some(Some(part.buf.freeze()))
+    }
+
+    /// Hands back the buffer of a delivered message that was sent in
+    /// chunks, once the application is done with it: the next such message
+    /// is reassembled into it, without a fresh allocation and its page
+    /// faults. Its contents are discarded.
+    pub fn recycle(&mut self, mut buf: BytesMut) {
+        buf.clear();
+        let pooled: usize = self.pool.iter().map(|b| b.capacity()).sum();
+        if buf.capacity() > 0 && self.pool.len() < POOL_BUFFERS && pooled + buf.capacity() <= POOL_BYTES {
+            self.pool.push(buf);
         }
     }
 

@@ -57,6 +57,14 @@ impl SenderLog {
         true
     }
 
+    /// Message `index` (data or null) is held.
+    pub fn holds(&self, index: u64) -> bool {
+        if index < self.contig {
+            return true;
+        }
+        self.ahead.range(..=index).next_back().is_some_and(|(_, e)| e.start + e.len > index)
+    }
+
     /// Consumes message `index`, which must be the lowest undelivered one:
     /// `Some(Some(payload))` for data, `Some(None)` for a null, `None` if it
     /// is not held in order.

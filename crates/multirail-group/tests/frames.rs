@@ -58,6 +58,16 @@ fn frame() -> impl Strategy<Value = Frame> {
         (0u64..4, 0u32..6, 0u64..20, proptest::collection::vec(any::<u8>(), 0..64), any::<bool>()).prop_map(
             |(view, sender, index, p, relay)| Frame::Data { view, sender, index, payload: Bytes::from(p), relay }
         ),
+        (0u64..4, 0u32..6, 0u64..20, 0u32..32, proptest::collection::vec(any::<u8>(), 1..32), 0u32..8, any::<bool>())
+            .prop_map(|(view, sender, index, offset, p, extra, relay)| Frame::Chunk {
+                view,
+                sender,
+                index,
+                total: offset + p.len() as u32 + extra,
+                offset,
+                bytes: Bytes::from(p),
+                relay
+            }),
         (0u64..4, 0u32..6, 0u64..20, 1u64..10)
             .prop_map(|(view, sender, first, count)| { Frame::Null { view, sender, first, count } }),
         row().prop_map(Frame::Row),
@@ -123,7 +133,7 @@ proptest! {
             }
             for e in g.drain_effects() {
                 if let Effect::Deliver { payload, .. } = e {
-                    prop_assert!(payload.len() <= 64);
+                    prop_assert!(payload.len() <= 71);
                 }
             }
         }
@@ -140,6 +150,19 @@ fn unknown_version_and_tag() {
     v.extend_from_slice(&[0; 24]);
     v.extend_from_slice(&u32::MAX.to_le_bytes());
     assert!(Frame::decode(&Bytes::from(v)).is_err());
+}
+
+/// A chunk must lie inside its message and carry at least one byte.
+#[test]
+fn chunks_outside_their_message_are_refused() {
+    let chunk = |total, offset, bytes: &'static [u8]| {
+        Frame::Chunk { view: 0, sender: 1, index: 2, total, offset, bytes: Bytes::from_static(bytes), relay: true }
+            .encode()
+    };
+    assert!(Frame::decode(&chunk(6, 3, b"abc")).is_ok());
+    assert_eq!(Frame::decode(&chunk(6, 4, b"abc")), Err(DecodeError::Invalid("chunk outside its message")));
+    assert_eq!(Frame::decode(&chunk(u32::MAX, u32::MAX, b"a")), Err(DecodeError::Invalid("chunk outside its message")));
+    assert_eq!(Frame::decode(&chunk(6, 0, b"")), Err(DecodeError::Invalid("chunk outside its message")));
 }
 
 /// Two members, member 1 the only sender: its messages are delivered at

@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use multirail_group::{Effect, Frame, GroupConfig, GroupCore, Mode, Rank, SendError, Senders};
 
 /// xorshift64*: small, seeded, good enough for schedules.
@@ -66,6 +66,8 @@ struct Params {
     may_stop: Vec<Rank>,
     /// Payloads of at least this many bytes go along the chain.
     relay_min: usize,
+    /// Payloads longer than this go in chunks.
+    chunk: usize,
 }
 
 const TICK_US: u64 = 1_000;
@@ -128,6 +130,11 @@ struct Stats {
     data_frames: u64,
     /// Data frames passed on by a member that is not their sender.
     relayed: u64,
+    /// Chunks of messages sent in chunks (among `data_frames`).
+    chunk_frames: u64,
+    /// Chunks passed on by a member that did not hold their whole message
+    /// yet: the chain works in pipeline.
+    passed_before_whole: u64,
     row_frames: u64,
     max_buffer_ratio: f64,
 }
@@ -146,6 +153,8 @@ impl Stats {
         self.stopped += o.stopped;
         self.data_frames += o.data_frames;
         self.relayed += o.relayed;
+        self.chunk_frames += o.chunk_frames;
+        self.passed_before_whole += o.passed_before_whole;
         self.row_frames += o.row_frames;
         self.max_buffer_ratio = self.max_buffer_ratio.max(o.max_buffer_ratio);
     }
@@ -183,6 +192,7 @@ impl Sim {
                 cfg.heartbeat_interval = Duration::from_millis(5);
                 cfg.partition_safety = p.partition_safety;
                 cfg.relay_min = p.relay_min;
+                cfg.chunk = p.chunk;
                 Node {
                     core: GroupCore::new(cfg).unwrap(),
                     alive: true,
@@ -239,6 +249,18 @@ impl Sim {
                 if sender != from {
                     assert!(relay, "{from} passed on a message of {sender} that was not for the chain");
                     self.stats.relayed += 1;
+                }
+            }
+            Frame::Chunk { sender, index, relay, .. } => {
+                self.stats.data_frames += 1;
+                self.stats.chunk_frames += 1;
+                *self.data_links.entry((from, to)).or_insert(0) += 1;
+                if sender != from {
+                    assert!(relay, "{from} passed on a chunk of {sender} that was not for the chain");
+                    self.stats.relayed += 1;
+                    if self.nodes[from as usize].core.num_received(sender).is_some_and(|n| n <= index) {
+                        self.stats.passed_before_whole += 1;
+                    }
                 }
             }
             Frame::Row(_) => self.stats.row_frames += 1,
@@ -301,8 +323,14 @@ impl Sim {
                     if view > self.nodes[id.0 as usize].sent_in[id.1 as usize] {
                         self.stats.carried += 1;
                     }
+                    let recycle = self.rng.chance(1, 2);
                     let node = &mut self.nodes[who as usize];
                     assert!(node.seen.insert(id), "{who} delivered {id:?} twice");
+                    // Half the payloads come back as buffers to reassemble
+                    // into (with stale contents, which must not show).
+                    if recycle {
+                        node.core.recycle(BytesMut::from(&payload[..]));
+                    }
                     node.delivered.push((view, sender, index, payload));
                 }
                 Effect::ViewChange { view_id, members } => {
@@ -632,11 +660,18 @@ fn random_params(rng: &mut Rng, kills: bool) -> Params {
         heal: None,
         may_stop: Vec::new(),
         relay_min: 0,
+        chunk: usize::MAX,
     };
     // Relaying: off, on for every message, or from a random size.
     p.relay_min = match rng.below(3) {
         0 => usize::MAX,
         1 => 0,
+        _ => rng.range(8, p.max_size as u64) as usize,
+    };
+    // Chunks: none, many small ones, or a few.
+    p.chunk = match rng.below(3) {
+        0 => usize::MAX,
+        1 => rng.range(1, 64) as usize,
         _ => rng.range(8, p.max_size as u64) as usize,
     };
     if kills {
@@ -701,6 +736,8 @@ fn many_seeds_no_failures() {
     assert!(st.relayed > 1000, "relaying exercised");
     assert!(st.window_full > 1000, "full windows exercised");
     assert!(st.max_buffer_ratio > 0.3, "the bound is not vacuous");
+    assert!(st.chunk_frames > 10_000, "chunks exercised");
+    assert!(st.passed_before_whole > 1000, "chunks passed on before their message is whole");
 }
 
 #[test]
@@ -717,6 +754,8 @@ fn many_seeds_with_kills() {
     assert!(st.carried > 0, "own messages delivered in a later view");
     assert!(st.wedged_refusals > 0);
     assert!(st.relayed > 1000, "relaying exercised");
+    assert!(st.chunk_frames > 10_000, "chunks exercised");
+    assert!(st.passed_before_whole > 1000, "chunks passed on before their message is whole");
 }
 
 #[test]
@@ -738,6 +777,7 @@ fn all_senders_ordered_three_members() {
         heal: None,
         may_stop: Vec::new(),
         relay_min: 50,
+        chunk: 30,
     };
     let mut sim = Sim::new(p, 7);
     sim.run();
@@ -767,6 +807,7 @@ fn kill_leader_during_change() {
             heal: None,
             may_stop: Vec::new(),
             relay_min: [0, 100, usize::MAX][seed as usize % 3],
+            chunk: [usize::MAX, 37, 64][seed as usize / 3 % 3],
         };
         let sim = simulate(p, seed);
         // Everybody left agrees on a view of exactly the living.
@@ -799,6 +840,7 @@ fn quiet(n: u32) -> Params {
         heal: None,
         may_stop: Vec::new(),
         relay_min: 150,
+        chunk: usize::MAX,
     }
 }
 
@@ -819,6 +861,7 @@ fn silenced_member_stops_and_the_rest_go_on() {
         p.spikes = seed % 3 == 0;
         p.notify = seed % 5 < 3;
         p.relay_min = [0, 150, usize::MAX][seed as usize % 3];
+        p.chunk = [usize::MAX, 40, 100][seed as usize / 3 % 3];
         let t = rng.range(1_000, 50_000);
         p.silence = Some((t, r));
         // Half the time its links come back after it stopped, and what it
@@ -883,6 +926,41 @@ fn one_sender_relays_each_message_once_along_the_chain() {
             assert_eq!(sim.stats.relayed, 80);
         } else {
             assert_eq!(links, vec![((0, 1), 40), ((0, 2), 40), ((0, 3), 40)]);
+            assert_eq!(sim.stats.relayed, 0);
+        }
+    }
+}
+
+/// One sender of four, every message relayed in chunks of 10 bytes: each
+/// link of the chain carries every chunk once, members pass chunks on
+/// before they hold the whole message (the chain works in pipeline), and
+/// everybody delivers every message intact (`handle` checks each payload).
+/// Without relaying the sender sends each chunk three times.
+#[test]
+fn chunks_travel_the_chain_in_pipeline() {
+    for relay_min in [0, usize::MAX] {
+        let mut p = quiet(4);
+        p.senders = Senders::One(0);
+        p.relay_min = relay_min;
+        p.chunk = 10;
+        p.max_size = 200;
+        let sim = simulate(p, 12);
+        for n in &sim.nodes {
+            assert_eq!(n.delivered.len(), 40);
+        }
+        // The chunks of one message: ceil(len / 10).
+        let chunks: u64 = sim.nodes[1].delivered.iter().map(|d| d.3.len().div_ceil(10) as u64).sum();
+        assert!(chunks > 200, "{chunks} chunks");
+        assert_eq!(sim.stats.chunk_frames, sim.stats.data_frames);
+        let links: Vec<((Rank, Rank), u64)> = sim.data_links.iter().map(|(k, v)| (*k, *v)).collect();
+        if relay_min == 0 {
+            assert_eq!(links, vec![((0, 1), chunks), ((1, 2), chunks), ((2, 3), chunks)]);
+            assert_eq!(sim.stats.relayed, 2 * chunks);
+            // Without pipelining none would be (a member passed a message on
+            // once it held all of it).
+            assert!(sim.stats.passed_before_whole * 4 > sim.stats.relayed, "{:?}", sim.stats);
+        } else {
+            assert_eq!(links, vec![((0, 1), chunks), ((0, 2), chunks), ((0, 3), chunks)]);
             assert_eq!(sim.stats.relayed, 0);
         }
     }

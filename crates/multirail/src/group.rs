@@ -36,9 +36,16 @@
 //! is a hand-off between the application thread and the driver for each
 //! `ordered_send` burst and each batch of deliveries.
 //!
-//! Not built here: relaying of large messages along a chain or binomial
-//! schedule. Every sender sends each message to each member itself, so one
-//! sender reaches at most its link rate divided by `members - 1`.
+//! # Large messages
+//!
+//! Payloads of [`GroupOptions::relay_min`] bytes or more are relayed along
+//! the chain of members (the core decides who passes what on; the driver
+//! sends a relayed frame on as the bytes it received, without a copy), and
+//! payloads longer than [`GroupOptions::chunk`] travel in chunks, each
+//! passed on as it arrives, so the data receives posted here are at most a
+//! chunk long and a long message crosses the chain in pipeline. Buffers
+//! of received frames and of reassembled messages are taken back once
+//! nobody holds them and reused.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,12 +67,21 @@ use crate::{Endpoint, Error, RESERVED_TAGS};
 pub const GROUP_TAGS: u64 = RESERVED_TAGS + (0x4752 << 32);
 
 /// Bytes a data frame adds to its payload (version, kind, view, sender,
-/// index, length), rounded up.
-const DATA_OVERHEAD: usize = 32;
+/// index, length, and for a chunk the message's length and the offset),
+/// rounded up.
+const DATA_OVERHEAD: usize = 48;
 /// Control receives posted per peer (rows and nulls are small).
 const POSTED_CTRL: usize = 4;
 /// Data receive buffers posted per peer are capped at this many bytes.
 const POSTED_DATA_BYTES: usize = 64 << 20;
+/// When the view has several senders, own data frames handed to the
+/// endpoint and not yet sent are capped at this many bytes per peer (at
+/// least one frame); the rest wait in the driver. The endpoint sends one
+/// peer's messages in order, so without the cap a sender's whole window
+/// (64 x 100 MB) would be queued ahead of the chunks it relays for the
+/// others, and those would wait for seconds while every member holds
+/// gigabytes of undeliverable messages.
+const OWN_INFLIGHT_BYTES: usize = 8 << 20;
 
 /// How a group is set up. Ranks are the endpoint's ranks.
 #[derive(Clone, Debug)]
@@ -80,8 +96,8 @@ pub struct GroupOptions {
     /// Own messages that may be undelivered at some member (at least 1).
     pub window: u32,
     pub mode: Mode,
-    /// Largest payload [`Group::ordered_send`] takes (receive buffers are
-    /// this large).
+    /// Largest payload [`Group::ordered_send`] takes (data receive buffers
+    /// are this large, or [`GroupOptions::chunk`] if that is smaller).
     pub max_message: usize,
     /// A member that shows no sign of life for this long is excluded.
     pub failure_timeout: Duration,
@@ -96,12 +112,19 @@ pub struct GroupOptions {
     /// carry each message once instead of once per member. `usize::MAX`:
     /// never (every member gets each message from its sender).
     pub relay_min: usize,
+    /// Payloads longer than this travel in chunks of this many bytes,
+    /// each passed on along the chain as soon as it arrives (a long
+    /// message crosses the chain in pipeline instead of store-and-forward),
+    /// and data receives are posted at most this long. Members copy the
+    /// chunks into one buffer per message. `usize::MAX`: whole messages.
+    pub chunk: usize,
 }
 
 impl Default for GroupOptions {
     /// Group 0 of every rank, all senders, ordered, window 16, messages up
     /// to 1 MiB, failure timeout 1 s, heartbeat 10 ms, partition safety on,
-    /// payloads of 64 KiB or more relayed.
+    /// payloads of 64 KiB or more relayed, payloads over 1 MiB in 1 MiB
+    /// chunks.
     fn default() -> GroupOptions {
         GroupOptions {
             id: 0,
@@ -114,6 +137,7 @@ impl Default for GroupOptions {
             heartbeat_interval: Duration::from_millis(10),
             partition_safety: true,
             relay_min: multirail_group::DEFAULT_RELAY_MIN,
+            chunk: multirail_group::DEFAULT_CHUNK,
         }
     }
 }
@@ -270,6 +294,7 @@ impl Group {
             heartbeat_interval: opts.heartbeat_interval,
             partition_safety: opts.partition_safety,
             relay_min: opts.relay_min,
+            chunk: opts.chunk,
         };
         let core = GroupCore::new(cfg).map_err(|e| GroupError::Config(format!("{e:?}")))?;
         let common = Arc::new(Common {
@@ -284,7 +309,7 @@ impl Group {
             cv: Condvar::new(),
             kick: AtomicBool::new(false),
         });
-        let max_frame = opts.max_message + DATA_OVERHEAD;
+        let max_frame = opts.max_message.min(opts.chunk) + DATA_OVERHEAD;
         let n = members.len();
         let driver = Driver {
             ep: ep.clone(),
@@ -303,6 +328,10 @@ impl Group {
             heard_now: Vec::with_capacity(n),
             held: VecDeque::new(),
             spare: Vec::new(),
+            chunk: opts.chunk,
+            own_queue: vec![VecDeque::new(); n],
+            own_inflight: vec![0; n],
+            reassembled: VecDeque::new(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("multirail-group-{}", opts.id))
@@ -504,6 +533,14 @@ struct Driver {
     /// allocation, no zeroing, no page faults (a 100 MB buffer costs
     /// 25,600 of them).
     spare: Vec<BytesMut>,
+    chunk: usize,
+    /// Own data frames not yet handed to the endpoint, per peer, and own
+    /// bytes handed to it and not yet sent ([`OWN_INFLIGHT_BYTES`]).
+    own_queue: Vec<VecDeque<(u64, Bytes)>>,
+    own_inflight: Vec<usize>,
+    /// Delivered payloads that came in chunks, kept to hand their buffers
+    /// back to the core once the application drops them.
+    reassembled: VecDeque<Bytes>,
 }
 
 impl Driver {
@@ -540,12 +577,73 @@ impl Driver {
         while self.held.len() > 4 * keep {
             self.held.pop_front();
         }
+        let mut i = 0;
+        while i < self.reassembled.len() {
+            if !self.reassembled[i].is_unique() {
+                i += 1;
+                continue;
+            }
+            if let Ok(m) = self.reassembled.remove(i).expect("in range").try_into_mut() {
+                self.core.recycle(m);
+            }
+        }
+        while self.reassembled.len() > 4 * self.ranks.len() {
+            self.reassembled.pop_front();
+        }
+    }
+
+    /// The bytes of own data frame `key`: encoded once for every peer,
+    /// into a receive buffer taken back (and taken back in turn once sent).
+    fn own_frame(&mut self, framed: &mut Vec<(FrameKey, Bytes)>, key: FrameKey, frame: &Frame) -> Bytes {
+        if let Some((_, b)) = framed.iter().find(|(k, _)| *k == key) {
+            return b.clone();
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        frame.encode_into(&mut buf);
+        let b = buf.freeze();
+        self.held.push_back(b.clone());
+        framed.push((key, b.clone()));
+        b
     }
 
     fn lose(&mut self, peer: u32) {
         if !std::mem::replace(&mut self.lost[peer as usize], true) {
+            self.own_queue[peer as usize].clear();
             self.core.on_peer_lost(peer);
         }
+    }
+
+    /// Hands queued own data frames to the endpoint, each peer up to
+    /// [`OWN_INFLIGHT_BYTES`] in flight; false if a peer turned out lost.
+    fn pump(&mut self, sends: &mut Vec<Sent>) -> bool {
+        let mut ok = true;
+        for to in 0..self.ranks.len() {
+            ok &= self.pump_to(to, sends);
+        }
+        ok
+    }
+
+    fn pump_to(&mut self, to: usize, sends: &mut Vec<Sent>) -> bool {
+        // A lone sender has nobody to share its links with: no cap (a cap
+        // cost it a fifth of its rate on the testbed, 2026-11-27).
+        let cap = if self.core.senders().len() > 1 { OWN_INFLIGHT_BYTES } else { usize::MAX };
+        while self.own_inflight[to] < cap
+            && let Some((_, b)) = self.own_queue[to].pop_front()
+        {
+            let own = b.len();
+            match self.ep.isend_reserved(self.ranks[to], self.data_tag, b) {
+                Ok(id) => {
+                    self.own_inflight[to] += own;
+                    sends.push(Sent { id, peer: to as u32, own });
+                }
+                Err(_) => {
+                    self.lose(to as u32);
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     fn run(mut self) {
@@ -562,15 +660,16 @@ impl Driver {
                 }
             }
         }
-        let mut sends: Vec<(ReqId, u32)> = Vec::new();
-        // Data frames already in bytes this turn, by (view, sender, index):
+        let mut sends: Vec<Sent> = Vec::new();
+        // Data frames and chunks already in bytes this turn, by (view,
+        // sender, index, offset):
         // relayed ones as received (the core passes them on unchanged, so
         // they go out without a new copy) and own ones once encoded (one
         // encoding for every peer). The core sends a frame in the turn that
         // receives or makes it, so the list is cleared every turn; a frame it
         // sends later (one of the next view, held until the install) is
         // encoded again.
-        let mut framed: Vec<((u64, u32, u64), Bytes)> = Vec::new();
+        let mut framed: Vec<(FrameKey, Bytes)> = Vec::new();
         let mut again = false;
         loop {
             // The application's messages, as far as the window allows.
@@ -615,8 +714,8 @@ impl Driver {
                         }
                         match Frame::decode(&raw) {
                             Ok(f) => {
-                                if let Frame::Data { view, sender, index, relay: true, .. } = &f {
-                                    framed.push(((*view, *sender, *index), raw.clone()));
+                                if let Some(key) = data_key(&f).filter(|_| is_relayed(&f)) {
+                                    framed.push((key, raw.clone()));
                                 }
                                 self.core.on_message(p.peer, f)
                             }
@@ -640,13 +739,16 @@ impl Driver {
             }
             // Sends that finished (a failed one means the peer is gone).
             let mut failed = Vec::new();
-            sends.retain(|(id, peer)| match self.ep.take_completion(*id) {
+            let inflight = &mut self.own_inflight;
+            sends.retain(|s| match self.ep.take_completion(s.id) {
                 None => true,
-                Some(Completion::Send(Err(_))) => {
-                    failed.push(*peer);
+                done => {
+                    inflight[s.peer as usize] -= s.own;
+                    if let Some(Completion::Send(Err(_))) = done {
+                        failed.push(s.peer);
+                    }
                     false
                 }
-                Some(_) => false,
             });
             for p in failed {
                 self.lose(p);
@@ -671,23 +773,28 @@ impl Driver {
                         if self.lost[to as usize] {
                             continue;
                         }
-                        let (tag, bytes) = match &frame {
-                            Frame::Data { view, sender, index, .. } => {
-                                let key = (*view, *sender, *index);
+                        let (tag, bytes) = match data_key(&frame) {
+                            Some(key) if key.1 == self.me as u32 => {
+                                // Own: paced (see OWN_INFLIGHT_BYTES).
+                                let bytes = self.own_frame(&mut framed, key, &frame);
+                                self.own_queue[to as usize].push_back((key.0, bytes));
+                                if !self.pump_to(to as usize, &mut sends) {
+                                    again = true;
+                                }
+                                continue;
+                            }
+                            Some(key) => {
+                                // Passed on as received (see `framed`).
                                 let bytes = match framed.iter().find(|(k, _)| *k == key) {
                                     Some((_, b)) => b.clone(),
-                                    None => {
-                                        let b = frame.encode();
-                                        framed.push((key, b.clone()));
-                                        b
-                                    }
+                                    None => frame.encode(),
                                 };
                                 (self.data_tag, bytes)
                             }
-                            _ => (self.ctrl_tag, frame.encode()),
+                            None => (self.ctrl_tag, frame.encode()),
                         };
                         match self.ep.isend_reserved(self.ranks[to as usize], tag, bytes) {
-                            Ok(id) => sends.push((id, to)),
+                            Ok(id) => sends.push(Sent { id, peer: to, own: 0 }),
                             Err(_) => {
                                 self.lose(to);
                                 again = true;
@@ -695,6 +802,9 @@ impl Driver {
                         }
                     }
                     Effect::Deliver { view, sender, index, payload } => {
+                        if payload.len() > self.chunk {
+                            self.reassembled.push_back(payload.clone());
+                        }
                         let sender = self.ranks[sender as usize];
                         events.push(GroupEvent::Message(Delivery { view, sender, index, payload }));
                     }
@@ -702,6 +812,12 @@ impl Driver {
                         let members: Vec<u32> = members.iter().map(|m| self.ranks[*m as usize]).collect();
                         view = Some((view_id, members.clone()));
                         events.push(GroupEvent::View { view: view_id, members });
+                        // Frames of the views before are of no use to
+                        // anybody now: every survivor holds what the cut
+                        // delivers, and the rest is sent again.
+                        for q in &mut self.own_queue {
+                            q.retain(|(v, _)| *v >= view_id);
+                        }
                         again = true;
                     }
                     Effect::Wedged { view_id, suspected } => {
@@ -712,6 +828,9 @@ impl Driver {
                 }
             }
             framed.clear();
+            if !self.pump(&mut sends) {
+                again = true;
+            }
             self.reclaim();
             if self.core.is_stopped() && stop.is_none() {
                 stop = Some(Stop::Failed);
@@ -735,7 +854,23 @@ impl Driver {
             if std::mem::take(&mut again) {
                 continue;
             }
-            let ids: Vec<ReqId> = recvs.iter().map(|p| p.id).collect();
+            // Wake for arrivals, and for own sends done while frames wait.
+            let mut ids: Vec<ReqId> = recvs.iter().map(|p| p.id).collect();
+            for (to, q) in self.own_queue.iter().enumerate() {
+                if q.is_empty() {
+                    continue;
+                }
+                // Once half the budget is free, not at every send: a
+                // turn per send would cost the CPU the relays need.
+                let free = self.own_inflight[to].saturating_sub(OWN_INFLIGHT_BYTES / 2);
+                let mut sum = 0;
+                if let Some(s) = sends.iter().filter(|s| s.peer as usize == to && s.own > 0).find(|s| {
+                    sum += s.own;
+                    sum >= free
+                }) {
+                    ids.push(s.id);
+                }
+            }
             let kick = &self.common.kick;
             let mut ready =
                 |g: &crate::shared::Inner| kick.load(Ordering::Acquire) || ids.iter().any(|id| g.done.contains_key(id));
@@ -748,4 +883,27 @@ impl Driver {
             }
         }
     }
+}
+
+/// A send handed to the endpoint; `own`: bytes of an own data frame.
+struct Sent {
+    id: ReqId,
+    peer: u32,
+    own: usize,
+}
+
+/// (view, sender, index, offset) of a data frame or chunk.
+type FrameKey = (u64, u32, u64, u32);
+
+/// The key of a data frame or chunk among the turn's frames in bytes.
+fn data_key(f: &Frame) -> Option<FrameKey> {
+    match f {
+        Frame::Data { view, sender, index, .. } => Some((*view, *sender, *index, 0)),
+        Frame::Chunk { view, sender, index, offset, .. } => Some((*view, *sender, *index, *offset)),
+        Frame::Null { .. } | Frame::Row(_) => None,
+    }
+}
+
+fn is_relayed(f: &Frame) -> bool {
+    matches!(f, Frame::Data { relay: true, .. } | Frame::Chunk { relay: true, .. })
 }

@@ -175,7 +175,7 @@ enum Leave {
 /// must install view 1 = {0, 1}, deliver identical sequences, and go on
 /// until each has delivered all `count` of both survivors. Rank 2's
 /// sequence is a prefix of theirs.
-fn leave_run(how: Leave, leave_after: u64, count: u64, max: usize) {
+fn leave_run(how: Leave, leave_after: u64, count: u64, max: usize, chunk: usize) {
     let survivors_done = std::sync::Barrier::new(2);
     let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let make = |r: u32| {
@@ -196,6 +196,7 @@ fn leave_run(how: Leave, leave_after: u64, count: u64, max: usize) {
             window: 4,
             max_message: max,
             failure_timeout: Duration::from_millis(500),
+            chunk,
             ..GroupOptions::default()
         };
         let g = Group::new(ep.clone(), opts).unwrap();
@@ -296,22 +297,24 @@ fn leave_run(how: Leave, leave_after: u64, count: u64, max: usize) {
 
 #[test]
 fn member_leaves_survivors_go_on() {
-    leave_run(Leave::Close, 20, 60, 64 * 1024);
+    leave_run(Leave::Close, 20, 60, 64 * 1024, GroupOptions::default().chunk);
 }
 
+/// Messages up to 1 MiB, those over 256 KiB in chunks: a member dies
+/// while chunks of its and the others' messages are under way.
 #[test]
 fn member_leaves_large_messages() {
-    leave_run(Leave::Close, 5, 30, 1 << 20);
+    leave_run(Leave::Close, 5, 30, 1 << 20, 256 << 10);
 }
 
 #[test]
 fn member_silenced_survivors_go_on() {
-    leave_run(Leave::Silence, 20, 60, 64 * 1024);
+    leave_run(Leave::Silence, 20, 60, 64 * 1024, GroupOptions::default().chunk);
 }
 
 #[test]
 fn member_silenced_large_messages() {
-    leave_run(Leave::Silence, 5, 30, 1 << 20);
+    leave_run(Leave::Silence, 5, 30, 1 << 20, 256 << 10);
 }
 
 /// A group of ranks 0 and 2 of a job of 3; rank 1 is not a member. One
@@ -367,14 +370,18 @@ fn subset_of_ranks() {
 /// Rank 0 sends 30 messages of 200 KiB to a group of 3. Relayed (the
 /// default for this size) they go 0 -> 1 -> 2: rank 0's rails to rank 2
 /// carry only rows and nulls, rank 1 passes every message on. With
-/// relaying off, rank 0 sends each message to both. Every payload is
-/// checked and both orders agree.
+/// relaying off, rank 0 sends each message to both. The same in chunks of
+/// 48 KiB (five per message, passed on one by one and reassembled into
+/// buffers the group reuses). Every payload is checked and the orders
+/// agree.
 #[test]
 fn one_sender_relays_large_messages_along_the_chain() {
     const COUNT: u64 = 30;
     const LEN: usize = 200 * 1024;
     let total = COUNT * LEN as u64;
-    for relay_min in [GroupOptions::default().relay_min, usize::MAX] {
+    let relay = GroupOptions::default().relay_min;
+    for (relay_min, chunk) in [(relay, usize::MAX), (usize::MAX, usize::MAX), (relay, 48 << 10), (usize::MAX, 48 << 10)]
+    {
         // Per rank: (delivered sequence, payload bytes sent to each rank).
         let out = job(3, make, |ep| {
             let me = ep.rank();
@@ -385,6 +392,7 @@ fn one_sender_relays_large_messages_along_the_chain() {
                 window: 4,
                 max_message: LEN,
                 relay_min,
+                chunk,
                 ..GroupOptions::default()
             };
             let g = Group::new(ep.clone(), opts).unwrap();

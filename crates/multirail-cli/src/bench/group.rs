@@ -57,6 +57,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
     }
     sizes(args)?;
     relay_min(args)?;
+    chunk(args)?;
     check_member_failure(args, args.nodes, args.testbed)?;
     let (code, _) = launch_local(args, &[], &[], false)?;
     Ok(code)
@@ -97,12 +98,26 @@ fn senders_of(s: &str, n: u32) -> anyhow::Result<(Senders, Vec<u32>)> {
 /// Messages per sender: `--count`, else about 200 MB, 100 to 10000.
 /// `--relay-min`: a size, `off` (never: `usize::MAX`) or the default.
 fn relay_min(args: &BenchArgs) -> anyhow::Result<usize> {
-    match args.relay_min.as_deref() {
-        None => Ok(GroupOptions::default().relay_min),
+    size_or_off("--relay-min", args.relay_min.as_deref(), GroupOptions::default().relay_min)
+}
+
+/// `--relay-chunk`: a size of at least 1 byte, `off` (whole messages:
+/// `usize::MAX`) or the default.
+fn chunk(args: &BenchArgs) -> anyhow::Result<usize> {
+    let c = size_or_off("--relay-chunk", args.relay_chunk.as_deref(), GroupOptions::default().chunk)?;
+    if c == 0 {
+        bail!("--relay-chunk 0: a chunk carries at least one byte (`off` sends whole messages)");
+    }
+    Ok(c)
+}
+
+fn size_or_off(flag: &str, value: Option<&str>, default: usize) -> anyhow::Result<usize> {
+    match value {
+        None => Ok(default),
         Some("off") => Ok(usize::MAX),
         Some(s) => {
-            let v = parse_size(s).map_err(|e| anyhow::anyhow!("--relay-min {s}: {e}"))?;
-            usize::try_from(v).map_err(|_| anyhow::anyhow!("--relay-min {s}: too large"))
+            let v = parse_size(s).map_err(|e| anyhow::anyhow!("{flag} {s}: {e}"))?;
+            usize::try_from(v).map_err(|_| anyhow::anyhow!("{flag} {s}: too large"))
         }
     }
 }
@@ -274,6 +289,7 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
     let (senders, from) = senders_of(&args.senders, n)?;
     let mode = if args.unordered { Mode::Unordered } else { Mode::Ordered };
     let relay_min = relay_min(args)?;
+    let chunk = chunk(args)?;
     let testbed = std::env::var(fail::TESTBED_PREFIX).is_ok_and(|p| !p.is_empty());
     let failure = check_member_failure(args, n, testbed)?;
     // Results go to the lowest member that does not fail; only rank 0's
@@ -291,11 +307,12 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
             env!("CARGO_PKG_VERSION")
         );
         h.push_str(&format!(
-            "# nodes: {n}  senders: {}  mode: {}  window: {}  relay: {}  validate: {}\n# rails: {rails}  progress: {}\n",
+            "# nodes: {n}  senders: {}  mode: {}  window: {}  relay: {}  relay chunk: {}  validate: {}\n# rails: {rails}  progress: {}\n",
             args.senders,
             if args.unordered { "unordered" } else { "ordered" },
             args.window,
             if relay_min == usize::MAX { "off".to_string() } else { format!(">= {}", format_size(relay_min as u64)) },
+            if chunk == usize::MAX { "off".to_string() } else { format_size(chunk as u64) },
             if args.validate { "on" } else { "off" },
             ep.config().progress,
         ));
@@ -320,6 +337,7 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
             mode,
             max_message: (size as usize).max(HEADER),
             relay_min,
+            chunk,
             ..GroupOptions::default()
         };
         let g = Group::new(ep.clone(), opts).context("joining the group")?;
@@ -401,6 +419,7 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
                 "mode": if args.unordered { "unordered" } else { "ordered" },
                 "window": args.window,
                 "relay_min": (relay_min != usize::MAX).then_some(relay_min),
+                "relay_chunk": (chunk != usize::MAX).then_some(chunk),
                 "count": count,
                 "per_node": rates,
                 "p50": p50,
