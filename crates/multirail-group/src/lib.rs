@@ -503,6 +503,11 @@ impl GroupCore {
         Ok(self.send_now(payload))
     }
 
+    /// [`GroupCore::send`] would take a message now.
+    pub fn can_send(&self) -> bool {
+        !self.stopped && !self.wedged && self.my_pos.is_some() && self.carry.is_empty() && self.window_open()
+    }
+
     fn window_open(&self) -> bool {
         let Some(pos) = self.my_pos else {
             return false;

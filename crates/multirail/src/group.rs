@@ -851,6 +851,12 @@ impl Driver {
             if stop.is_some() {
                 break;
             }
+            // The window opened in this turn (rows said our messages were
+            // delivered) while the application's messages wait: take them
+            // now, not at the next tick.
+            if self.core.can_send() && !self.common.lock().outbox.is_empty() {
+                again = true;
+            }
             if std::mem::take(&mut again) {
                 continue;
             }

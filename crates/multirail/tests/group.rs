@@ -433,3 +433,53 @@ fn one_sender_relays_large_messages_along_the_chain() {
         }
     }
 }
+
+/// With a window of one, each message can enter the group only once the
+/// previous one is delivered everywhere, which the driver learns from rows
+/// in the middle of a turn. It must take the waiting message in that same
+/// moment, not at its next tick: with a 4 s heartbeat (ticks every 2 s),
+/// 10 messages would take about 20 s if each waited for a tick; they take
+/// milliseconds (2026-11-27: 12 ms per message at the default 10 ms
+/// heartbeat before, 0.35-0.5 ms after, on loopback).
+#[test]
+fn a_reopened_window_takes_the_next_message_at_once() {
+    const COUNT: u64 = 10;
+    let out = job(3, make, |ep| {
+        let me = ep.rank();
+        ep.barrier().unwrap();
+        let ep = Arc::new(ep);
+        let opts = GroupOptions {
+            senders: Senders::One(0),
+            window: 1,
+            max_message: 1024,
+            heartbeat_interval: Duration::from_secs(4),
+            failure_timeout: Duration::from_secs(60),
+            ..GroupOptions::default()
+        };
+        let g = Group::new(ep.clone(), opts).unwrap();
+        let t0 = Instant::now();
+        let mut seq = Vec::new();
+        std::thread::scope(|s| {
+            if me == 0 {
+                s.spawn(|| {
+                    for k in 0..COUNT {
+                        g.ordered_send_timeout(payload(0, k, 1024), LIMIT).unwrap();
+                    }
+                });
+            }
+            while (seq.len() as u64) < COUNT {
+                assert!(t0.elapsed() < LIMIT, "rank {me}: {} of {COUNT} delivered", seq.len());
+                if let Some(GroupEvent::Message(d)) = g.recv_timeout(Duration::from_secs(1)).unwrap() {
+                    seq.push(check(d.sender, &d.payload));
+                }
+            }
+        });
+        let took = t0.elapsed();
+        ep.barrier().unwrap();
+        (seq, took)
+    });
+    for (seq, took) in &out {
+        assert_eq!(seq, &(0..COUNT).collect::<Vec<_>>());
+        assert!(*took < Duration::from_secs(10), "{COUNT} messages took {took:?}: each waited for a tick");
+    }
+}
