@@ -552,44 +552,24 @@ impl Driver {
         Some(Posted { id, peer, data })
     }
 
-    /// Takes back the buffers of received data frames nobody holds any
-    /// more. Their bytes past the frame are left as they are (a receive
+    /// Takes back the buffers of data frames (received, or own once sent)
+    /// and of reassembled messages that nobody holds any more: frames for
+    /// the next receives and encodings, messages for the core to reassemble
+    /// into. Frame bytes past the frame are left as they are (a receive
     /// overwrites what it reports and is cut to that length); only a
     /// buffer shorter than a data frame is extended with zeros.
     fn reclaim(&mut self) {
         let keep = self.posted_data * self.ranks.len();
-        let mut i = 0;
-        while i < self.held.len() {
-            if !self.held[i].is_unique() {
-                i += 1;
-                continue;
-            }
-            let b = self.held.remove(i).expect("in range");
-            if let Ok(mut m) = b.try_into_mut()
-                && m.capacity() >= self.data_frame
-                && self.spare.len() < keep
-            {
-                m.resize(self.data_frame, 0);
-                self.spare.push(m);
-            }
-        }
+        let (spare, data_frame) = (&mut self.spare, self.data_frame);
         // Payloads the application keeps: stop watching the oldest.
-        while self.held.len() > 4 * keep {
-            self.held.pop_front();
-        }
-        let mut i = 0;
-        while i < self.reassembled.len() {
-            if !self.reassembled[i].is_unique() {
-                i += 1;
-                continue;
+        take_back(&mut self.held, 4 * keep, |mut m| {
+            if m.capacity() >= data_frame && spare.len() < keep {
+                m.resize(data_frame, 0);
+                spare.push(m);
             }
-            if let Ok(m) = self.reassembled.remove(i).expect("in range").try_into_mut() {
-                self.core.recycle(m);
-            }
-        }
-        while self.reassembled.len() > 4 * self.ranks.len() {
-            self.reassembled.pop_front();
-        }
+        });
+        let core = &mut self.core;
+        take_back(&mut self.reassembled, 4 * self.ranks.len(), |m| core.recycle(m));
     }
 
     /// The bytes of own data frame `key`: encoded once for every peer,
@@ -888,6 +868,24 @@ impl Driver {
                 break;
             }
         }
+    }
+}
+
+/// Hands `put` the buffers of `list` nobody else holds any more and drops
+/// them from it; then stops watching the oldest beyond `max`.
+fn take_back(list: &mut VecDeque<Bytes>, max: usize, mut put: impl FnMut(BytesMut)) {
+    let mut i = 0;
+    while i < list.len() {
+        if !list[i].is_unique() {
+            i += 1;
+            continue;
+        }
+        if let Ok(m) = list.remove(i).expect("in range").try_into_mut() {
+            put(m);
+        }
+    }
+    while list.len() > max {
+        list.pop_front();
     }
 }
 
