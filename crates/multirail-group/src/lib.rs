@@ -292,7 +292,14 @@ pub struct GroupCore {
     suspected: BTreeSet<Rank>,
     proposal: Option<Proposal>,
     installed_from: Option<Proposal>,
+    /// Something in the row changed that others wait for (what we hold,
+    /// suspicions, the view change, the heartbeat): push it this turn.
     dirty: bool,
+    /// `next_deliver` as of the last row pushed. Deliveries alone only
+    /// open senders' windows, so they push a row once some sender's count
+    /// moved by a quarter window (see [`GroupCore::report_due`]); the rest
+    /// rides on the next row.
+    reported: Vec<u64>,
     /// Data and nulls of the next view that came before we installed it.
     stash: Vec<(Rank, Frame)>,
     stash_bytes: usize,
@@ -367,6 +374,7 @@ impl GroupCore {
             proposal: None,
             installed_from: None,
             dirty: true,
+            reported: Vec::new(),
             stash: Vec::new(),
             stash_bytes: 0,
             hb_seen: vec![false; n],
@@ -390,6 +398,7 @@ impl GroupCore {
         }
         self.parts_bytes = 0;
         self.next_deliver = vec![0; self.senders.len()];
+        self.reported = vec![0; self.senders.len()];
         self.next_index = 0;
         self.own.clear();
         self.own_bytes = 0;
@@ -799,7 +808,7 @@ impl GroupCore {
                 break;
             }
         }
-        if !self.stopped && self.dirty {
+        if !self.stopped && (self.dirty || self.report_due()) {
             self.push_row();
         }
         std::mem::take(&mut self.effects)
@@ -860,7 +869,6 @@ impl GroupCore {
             Some(p) => {
                 self.next_deliver[pos] = index + 1;
                 self.delivered += 1;
-                self.dirty = true;
                 if let Some(payload) = p {
                     self.effects.push(Effect::Deliver { view: self.view, sender: self.senders[pos], index, payload });
                 }
@@ -1054,8 +1062,20 @@ impl GroupCore {
         true
     }
 
+    /// Deliveries not pushed yet must go out now: some sender's count moved
+    /// by a quarter of the window (at least one message), so that a sender
+    /// whose window is full learns of a quarter of it at once, while a
+    /// stream of deliveries costs a row per quarter window instead of one
+    /// per turn. Smaller moves go out with the next row pushed for another
+    /// reason, at the latest the next heartbeat.
+    fn report_due(&self) -> bool {
+        let step = (self.window / 4).max(1);
+        self.next_deliver.iter().zip(&self.reported).any(|(d, r)| *d >= r + step)
+    }
+
     fn push_row(&mut self) {
         self.dirty = false;
+        self.reported.clone_from(&self.next_deliver);
         self.version += 1;
         let row = Row {
             view: self.view,
