@@ -691,8 +691,24 @@ impl Drop for Endpoint {
 /// its reserved tags by request id, completions taken without blocking, and
 /// a wait on a condition that an application thread can cut short.
 impl Endpoint {
-    pub(crate) fn isend_reserved(&self, peer: u32, tag: u64, data: Bytes) -> Result<ReqId, Error> {
-        Ok(self.isend_raw(peer, tag, data)?.id)
+    /// Queues a message on a reserved tag without writing it: its frames
+    /// wait for [`Endpoint::flush_sends`] (or the engine's next round), so
+    /// that what one turn of the group's driver sends to a peer (a data
+    /// frame and the row after it) leaves in one write.
+    pub(crate) fn isend_reserved_later(&self, peer: u32, tag: u64, data: Bytes) -> Result<ReqId, Error> {
+        self.check_peer(peer)?;
+        self.engine()?;
+        let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
+        for i in wake {
+            self.shared.defer_slot(i);
+        }
+        Ok(id)
+    }
+
+    /// Writes what [`Endpoint::isend_reserved_later`] queued, one write per
+    /// connection where it is free; the engine writes the rest.
+    pub(crate) fn flush_sends(&self) {
+        self.shared.flush_deferred_or_wake();
     }
 
     pub(crate) fn irecv_exact(&self, src: u32, tag: u64, buf: BytesMut) -> Result<ReqId, Error> {
@@ -707,9 +723,18 @@ impl Endpoint {
         out.extend(peers.iter().map(|&p| g.core.last_heard(p).map_or(0, |t| t.as_nanos())));
     }
 
-    /// The completion of `id` if it finished (taken: asked once).
-    pub(crate) fn take_completion(&self, id: ReqId) -> Option<Completion> {
-        self.shared.take_done(id)
+    /// The completions among `ids` that finished (taken: asked once), with
+    /// their positions in `ids`, in that order; one lock for all.
+    pub(crate) fn take_completions(&self, ids: impl Iterator<Item = ReqId>, out: &mut Vec<(usize, Completion)>) {
+        let mut g = self.shared.lock();
+        if g.done.is_empty() {
+            return;
+        }
+        for (i, id) in ids.enumerate() {
+            if let Some(c) = g.done.remove(&id) {
+                out.push((i, c));
+            }
+        }
     }
 
     /// Makes progress until `done` (checked with the shared state locked)
@@ -728,8 +753,14 @@ impl Endpoint {
         if let Ok(e) = self.engine() {
             e.wake();
         }
-        let _g = self.shared.lock();
-        self.shared.done_cv.notify_all();
+        // Read under the lock: a waiter counts itself under it before it
+        // sleeps.
+        let g = self.shared.lock();
+        let sleepers = self.shared.done_waiters.load(std::sync::atomic::Ordering::Acquire) > 0;
+        drop(g);
+        if sleepers {
+            self.shared.done_cv.notify_all();
+        }
     }
 }
 

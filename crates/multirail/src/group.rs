@@ -72,8 +72,12 @@ pub const GROUP_TAGS: u64 = RESERVED_TAGS + (0x4752 << 32);
 const DATA_OVERHEAD: usize = 48;
 /// Control receives posted per peer (rows and nulls are small).
 const POSTED_CTRL: usize = 4;
-/// Data receive buffers posted per peer are capped at this many bytes.
+/// Data receive buffers posted per peer are capped at this many bytes,
+/// and at a window's worth of frames up to this many: a frame that finds
+/// no receive posted is copied twice (into a buffer of its own, then into
+/// the receive).
 const POSTED_DATA_BYTES: usize = 64 << 20;
+const MAX_POSTED_DATA: usize = 64;
 /// When the view has several senders, own data frames handed to the
 /// endpoint and not yet sent are capped at this many bytes per peer (at
 /// least one frame); the rest wait in the driver. The endpoint sends one
@@ -214,12 +218,19 @@ struct State {
     shutdown: bool,
     view: u64,
     members: Vec<u32>,
+    /// Threads asleep on `events_cv` and on `space_cv`: a notify without
+    /// sleepers is skipped (it costs a system call).
+    recv_waiters: usize,
+    send_waiters: usize,
 }
 
 struct Common {
     st: Mutex<State>,
-    /// Signalled when events arrive, the outbox drains or the group stops.
-    cv: Condvar,
+    /// Signalled when events arrive or the group stops (receivers wait).
+    events_cv: Condvar,
+    /// Signalled when the outbox drains or the group stops (senders wait):
+    /// apart, so that a message taken does not wake a receiver for nothing.
+    space_cv: Condvar,
     /// The application handed the driver something: cut its wait short.
     kick: AtomicBool,
 }
@@ -227,6 +238,12 @@ struct Common {
 impl Common {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every waiting thread looks again (the group stopped or closes).
+    fn wake_all(&self) {
+        self.events_cv.notify_all();
+        self.space_cv.notify_all();
     }
 }
 
@@ -305,8 +322,11 @@ impl Group {
                 shutdown: false,
                 view: 0,
                 members: members.clone(),
+                recv_waiters: 0,
+                send_waiters: 0,
             }),
-            cv: Condvar::new(),
+            events_cv: Condvar::new(),
+            space_cv: Condvar::new(),
             kick: AtomicBool::new(false),
         });
         let max_frame = opts.max_message.min(opts.chunk) + DATA_OVERHEAD;
@@ -321,7 +341,7 @@ impl Group {
             ctrl_tag: GROUP_TAGS + 2 * u64::from(opts.id) + 1,
             data_frame: max_frame,
             ctrl_frame: 128 + 48 * n,
-            posted_data: (POSTED_DATA_BYTES / max_frame).clamp(2, (opts.window as usize).clamp(2, 16)),
+            posted_data: (POSTED_DATA_BYTES / max_frame).clamp(2, (opts.window as usize).clamp(2, MAX_POSTED_DATA)),
             tick: (opts.heartbeat_interval / 2).max(Duration::from_millis(1)),
             lost: vec![false; n],
             heard: vec![0; n],
@@ -397,7 +417,7 @@ impl Group {
             if st.outbox.len() < self.outbox_cap {
                 break;
             }
-            st = self.wait(st, deadline)?;
+            st = self.wait(false, st, deadline)?;
         }
         let first = st.outbox.is_empty();
         st.outbox.push_back(payload);
@@ -446,7 +466,7 @@ impl Group {
             if st.shutdown {
                 return Err(GroupError::Closed);
             }
-            st = match self.wait(st, deadline) {
+            st = match self.wait(true, st, deadline) {
                 Ok(st) => st,
                 Err(GroupError::Timeout) => return Ok(None),
                 Err(e) => return Err(e),
@@ -454,9 +474,11 @@ impl Group {
         }
     }
 
+    /// Sleeps on `events_cv` (`recv`) or `space_cv`, counted as a sleeper.
     fn wait<'a>(
         &'a self,
-        st: MutexGuard<'a, State>,
+        recv: bool,
+        mut st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
     ) -> Result<MutexGuard<'a, State>, GroupError> {
         let t = match deadline {
@@ -469,7 +491,14 @@ impl Group {
                 (d - now).min(Duration::from_millis(100))
             }
         };
-        Ok(self.common.cv.wait_timeout(st, t).unwrap_or_else(|e| e.into_inner()).0)
+        fn sleepers(st: &mut State, recv: bool) -> &mut usize {
+            if recv { &mut st.recv_waiters } else { &mut st.send_waiters }
+        }
+        let cv = if recv { &self.common.events_cv } else { &self.common.space_cv };
+        *sleepers(&mut st, recv) += 1;
+        let mut st = cv.wait_timeout(st, t).unwrap_or_else(|e| e.into_inner()).0;
+        *sleepers(&mut st, recv) -= 1;
+        Ok(st)
     }
 
     /// Leaves: stops the driver thread (calls blocked in other threads
@@ -486,7 +515,7 @@ impl Group {
             self.common.kick.store(true, Ordering::Release);
             self.ep.nudge();
             let _ = h.join();
-            self.common.cv.notify_all();
+            self.common.wake_all();
         }
     }
 }
@@ -612,7 +641,7 @@ impl Driver {
             && let Some((_, b)) = self.own_queue[to].pop_front()
         {
             let own = b.len();
-            match self.ep.isend_reserved(self.ranks[to], self.data_tag, b) {
+            match self.ep.isend_reserved_later(self.ranks[to], self.data_tag, b) {
                 Ok(id) => {
                     self.own_inflight[to] += own;
                     sends.push(Sent { id, peer: to as u32, own });
@@ -673,18 +702,18 @@ impl Driver {
                         Err(_) => break,
                     }
                 }
-                if moved {
-                    self.common.cv.notify_all();
+                if moved && st.send_waiters > 0 {
+                    self.common.space_cv.notify_all();
                 }
             }
-            // Arrivals.
-            let mut i = 0;
-            while i < recvs.len() {
-                let Some(c) = self.ep.take_completion(recvs[i].id) else {
-                    i += 1;
-                    continue;
-                };
-                let p = recvs.swap_remove(i);
+            // Arrivals, taken out of the list last first (each swap_remove
+            // moves an element that is not taken), then handled in order.
+            let mut done = Vec::new();
+            self.ep.take_completions(recvs.iter().map(|p| p.id), &mut done);
+            let mut arrived: Vec<(Posted, Completion)> =
+                done.into_iter().rev().map(|(i, c)| (recvs.swap_remove(i), c)).collect();
+            arrived.reverse();
+            for (p, c) in arrived {
                 match c {
                     Completion::Recv(Ok(st), mut buf) => {
                         buf.truncate(st.len as usize);
@@ -718,20 +747,14 @@ impl Driver {
                 }
             }
             // Sends that finished (a failed one means the peer is gone).
-            let mut failed = Vec::new();
-            let inflight = &mut self.own_inflight;
-            sends.retain(|s| match self.ep.take_completion(s.id) {
-                None => true,
-                done => {
-                    inflight[s.peer as usize] -= s.own;
-                    if let Some(Completion::Send(Err(_))) = done {
-                        failed.push(s.peer);
-                    }
-                    false
+            let mut done = Vec::new();
+            self.ep.take_completions(sends.iter().map(|s| s.id), &mut done);
+            for (i, c) in done.into_iter().rev() {
+                let s = sends.swap_remove(i);
+                self.own_inflight[s.peer as usize] -= s.own;
+                if let Completion::Send(Err(_)) = c {
+                    self.lose(s.peer);
                 }
-            });
-            for p in failed {
-                self.lose(p);
             }
             // Members the channel heard from: alive, even if their rows
             // are queued behind large messages.
@@ -773,7 +796,7 @@ impl Driver {
                             }
                             None => (self.ctrl_tag, frame.encode()),
                         };
-                        match self.ep.isend_reserved(self.ranks[to as usize], tag, bytes) {
+                        match self.ep.isend_reserved_later(self.ranks[to as usize], tag, bytes) {
                             Ok(id) => sends.push(Sent { id, peer: to, own: 0 }),
                             Err(_) => {
                                 self.lose(to);
@@ -811,6 +834,8 @@ impl Driver {
             if !self.pump(&mut sends) {
                 again = true;
             }
+            // What this turn sent to each peer leaves in one write.
+            self.ep.flush_sends();
             self.reclaim();
             if self.core.is_stopped() && stop.is_none() {
                 stop = Some(Stop::Failed);
@@ -822,11 +847,17 @@ impl Driver {
                     st.view = v;
                     st.members = m;
                 }
-                if stop.is_some() {
+                let stopping = stop.is_some();
+                if stopping {
                     st.stopped = stop;
                 }
+                let sleepers = st.recv_waiters > 0;
                 drop(st);
-                self.common.cv.notify_all();
+                if stopping {
+                    self.common.wake_all();
+                } else if sleepers {
+                    self.common.events_cv.notify_all();
+                }
             }
             if stop.is_some() {
                 break;
@@ -864,7 +895,7 @@ impl Driver {
                 let mut st = self.common.lock();
                 st.stopped.get_or_insert(Stop::Failed);
                 drop(st);
-                self.common.cv.notify_all();
+                self.common.wake_all();
                 break;
             }
         }

@@ -371,6 +371,18 @@ impl Shared {
         }
     }
 
+    /// [`Shared::flush_deferred`], and wakes the engine for the slots it
+    /// could not write in full (a busy connection, a full socket).
+    pub fn flush_deferred_or_wake(&self) {
+        if self.deferred_any.swap(false, Ordering::AcqRel) {
+            for (i, s) in self.slots.iter().enumerate() {
+                if s.wake_pending.load(Ordering::Acquire) && !self.try_send_now(i) {
+                    self.wake_slot(i);
+                }
+            }
+        }
+    }
+
     /// True if a slot of `rail` was woken since the last `take_woken`.
     pub fn any_woken(&self, rail: RailId) -> bool {
         self.woken_any[rail].load(Ordering::Acquire)
