@@ -526,6 +526,13 @@ pub struct BenchArgs {
     /// (group) Per-sender FIFO only, no order across senders.
     #[arg(long, help_heading = "Benchmark")]
     pub unordered: bool,
+    /// (group) Light load: each sender hands the group its next message
+    /// only once its previous one was delivered back to it (one message of
+    /// its own in the group at a time), so the latency is the group's
+    /// own, without waiting in the window or the queue. Compare it with
+    /// twice the point-to-point `bench latency` (a round trip).
+    #[arg(long, help_heading = "Benchmark")]
+    pub light: bool,
     /// (group) Payloads of at least SIZE travel along the chain of members
     /// (sender -> next rank -> ... round to the rank before the sender), so
     /// the sender's links carry each once; smaller ones go from the sender

@@ -100,6 +100,29 @@ fn group_bench_table_and_json() {
     assert_eq!(v[0]["validated"].as_bool(), Some(true), "{}", v[0]);
     assert_eq!(v[0]["per_node"].as_array().map(Vec::len), Some(3));
     assert_eq!(v[0]["relay_chunk"].as_u64(), Some(1 << 20), "{}", v[0]);
+    assert_eq!(v[0]["light"].as_bool(), Some(false), "{}", v[0]);
+    // Light load: the sender waits for each own delivery before the next
+    // message, whatever the window.
+    let o = run(&mut multirail(&[
+        "bench",
+        "group",
+        "--sizes",
+        "1K",
+        "--count",
+        "40",
+        "--senders",
+        "0,2",
+        "-W",
+        "16",
+        "--light",
+        "--validate",
+        "--json",
+    ]));
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["light"].as_bool(), Some(true), "{v}");
+    assert_eq!(v["outstanding_max"].as_u64(), Some(1), "{v}");
+    assert_eq!(v["validated"].as_bool(), Some(true), "{v}");
 }
 
 #[test]

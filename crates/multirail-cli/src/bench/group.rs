@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -210,6 +210,9 @@ struct NodeResult {
     /// `--fail-member`: seconds from the failure to the new view (NaN
     /// without one).
     view_after: f64,
+    /// The most own messages handed to `ordered_send` and not yet
+    /// delivered back at once (1 under `--light`).
+    outstanding: u64,
 }
 
 impl NodeResult {
@@ -218,6 +221,7 @@ impl NodeResult {
         b.extend_from_slice(&self.rate.to_le_bytes());
         b.extend_from_slice(&self.order.to_le_bytes());
         b.extend_from_slice(&self.view_after.to_le_bytes());
+        b.extend_from_slice(&self.outstanding.to_le_bytes());
         b.extend_from_slice(&(self.per_sender.len() as u64).to_le_bytes());
         for h in &self.per_sender {
             b.extend_from_slice(&h.to_le_bytes());
@@ -242,6 +246,7 @@ impl NodeResult {
         let rate = f64::from_le_bytes(word()?);
         let order = u64::from_le_bytes(word()?);
         let view_after = f64::from_le_bytes(word()?);
+        let outstanding = u64::from_le_bytes(word()?);
         let ns = u64::from_le_bytes(word()?) as usize;
         let per_sender = (0..ns).map(|_| word().map(u64::from_le_bytes)).collect::<anyhow::Result<_>>()?;
         let nl = u64::from_le_bytes(word()?) as usize;
@@ -249,7 +254,7 @@ impl NodeResult {
         let ne = u64::from_le_bytes(word()?) as usize;
         let e = b.get(at..at + ne).context("short result message")?;
         let error = (ne > 0).then(|| String::from_utf8_lossy(e).into_owned());
-        Ok(NodeResult { rate, lat_us, order, per_sender, error, view_after })
+        Ok(NodeResult { rate, lat_us, order, per_sender, error, view_after, outstanding })
     }
 }
 
@@ -307,10 +312,11 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
             env!("CARGO_PKG_VERSION")
         );
         h.push_str(&format!(
-            "# nodes: {n}  senders: {}  mode: {}  window: {}  relay: {}  relay chunk: {}  validate: {}\n# rails: {rails}  progress: {}\n",
+            "# nodes: {n}  senders: {}  mode: {}  window: {}{}  relay: {}  relay chunk: {}  validate: {}\n# rails: {rails}  progress: {}\n",
             args.senders,
             if args.unordered { "unordered" } else { "ordered" },
             args.window,
+            if args.light { " (light load: one own message at a time)" } else { "" },
             if relay_min == usize::MAX { "off".to_string() } else { format!(">= {}", format_size(relay_min as u64)) },
             if chunk == usize::MAX { "off".to_string() } else { format_size(chunk as u64) },
             if args.validate { "on" } else { "off" },
@@ -341,7 +347,8 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
             ..GroupOptions::default()
         };
         let g = Group::new(ep.clone(), opts).context("joining the group")?;
-        let run = Run { me, n, from: &from, size: size as usize, count, validate: args.validate, failure };
+        let run =
+            Run { me, n, from: &from, size: size as usize, count, validate: args.validate, light: args.light, failure };
         let mine = measure(&g, &run, ep.rail_names().len());
         if failure.is_some_and(|f| f.rank == me) {
             // The failed member (silenced: a crashed one is gone): no
@@ -418,6 +425,8 @@ fn sizes_at(ep: &Arc<Endpoint>, args: &BenchArgs, sizes: &[u64]) -> anyhow::Resu
                 "senders": args.senders,
                 "mode": if args.unordered { "unordered" } else { "ordered" },
                 "window": args.window,
+                "light": args.light,
+                "outstanding_max": all.iter().map(|x| x.outstanding).max(),
                 "relay_min": (relay_min != usize::MAX).then_some(relay_min),
                 "relay_chunk": (chunk != usize::MAX).then_some(chunk),
                 "count": count,
@@ -478,6 +487,8 @@ struct Run<'a> {
     size: usize,
     count: u64,
     validate: bool,
+    /// `--light`: the sender waits for each own delivery before the next.
+    light: bool,
     failure: Option<MemberFailure>,
 }
 
@@ -502,9 +513,14 @@ fn survivors_barrier(ep: &Endpoint, survivors: &[u32]) -> anyhow::Result<()> {
 /// One size at one node: send (if a sender) from a second thread, deliver
 /// here. `rails`: how many the endpoint has (`--fail-member ...:silence`).
 fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
-    let Run { me, n, from, size, count, validate, failure } = *run;
+    let Run { me, n, from, size, count, validate, light, failure } = *run;
     let mut expected = count * from.len() as u64;
-    let sent_at: Mutex<VecDeque<Instant>> = Mutex::new(VecDeque::new());
+    // Send times of own messages not yet delivered back, and the most
+    // there were at once.
+    let sent_at: Mutex<(VecDeque<Instant>, u64)> = Mutex::new((VecDeque::new(), 0));
+    // `--light`: own deliveries so far, and the receiving loop has
+    // stopped (the sender must not wait for a delivery that cannot come).
+    let own: (Mutex<(u64, bool)>, Condvar) = (Mutex::new((0, false)), Condvar::new());
     let fixed = Bytes::from(vec![0x5a; size]);
     let t0 = Instant::now();
     std::thread::scope(|s| {
@@ -512,12 +528,22 @@ fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
             s.spawn(move || fail_self(f, rails, t0));
         }
         let sender = from.contains(&me).then(|| {
-            let (sent_at, fixed) = (&sent_at, &fixed);
+            let (sent_at, fixed, own) = (&sent_at, &fixed, &own);
             s.spawn(move || -> anyhow::Result<()> {
                 for k in 0..count {
                     let p = if validate { pattern(me, k, size) } else { fixed.clone() };
-                    sent_at.lock().unwrap_or_else(|e| e.into_inner()).push_back(Instant::now());
+                    {
+                        let mut s = sent_at.lock().unwrap_or_else(|e| e.into_inner());
+                        s.0.push_back(Instant::now());
+                        s.1 = s.1.max(s.0.len() as u64);
+                    }
                     g.ordered_send_timeout(p, STALL).with_context(|| format!("ordered_send of message {k}"))?;
+                    if light {
+                        let mut o = own.0.lock().unwrap_or_else(|e| e.into_inner());
+                        while o.0 <= k && !o.1 {
+                            o = own.1.wait(o).unwrap_or_else(|e| e.into_inner());
+                        }
+                    }
                 }
                 Ok(())
             })
@@ -568,8 +594,12 @@ fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
             bytes += d.payload.len() as u64;
             last = now;
             if d.sender == me {
-                if let Some(t) = sent_at.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+                if let Some(t) = sent_at.lock().unwrap_or_else(|e| e.into_inner()).0.pop_front() {
                     lat_us.push(now.duration_since(t).as_secs_f64() * 1e6);
+                }
+                if light {
+                    own.0.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+                    own.1.notify_one();
                 }
             }
             if validate && error.is_none() {
@@ -584,6 +614,8 @@ fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
             }
         }
         if let Some(h) = sender {
+            own.0.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+            own.1.notify_one();
             match h.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
@@ -595,6 +627,7 @@ fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
             }
         }
         let secs = last.duration_since(t0).as_secs_f64().max(1e-9);
-        Ok(NodeResult { rate: bytes as f64 / secs, lat_us, order, per_sender, error, view_after })
+        let outstanding = sent_at.lock().unwrap_or_else(|e| e.into_inner()).1;
+        Ok(NodeResult { rate: bytes as f64 / secs, lat_us, order, per_sender, error, view_after, outstanding })
     })
 }
