@@ -70,6 +70,8 @@ pub const GROUP_TAGS: u64 = RESERVED_TAGS + (0x4752 << 32);
 /// index, length, and for a chunk the message's length and the offset),
 /// rounded up.
 const DATA_OVERHEAD: usize = 48;
+/// Buffers [`take_back`] looks at per turn.
+const TAKE_BACK_LOOK: usize = 64;
 /// Control receives posted per peer (rows and nulls are small).
 const POSTED_CTRL: usize = 4;
 /// Data receive buffers posted per peer are capped at this many bytes,
@@ -889,8 +891,9 @@ impl Driver {
                 }
             }
             let kick = &self.common.kick;
-            let mut ready =
-                |g: &crate::shared::Inner| kick.load(Ordering::Acquire) || ids.iter().any(|id| g.done.contains_key(id));
+            let mut ready = |g: &crate::shared::Inner| {
+                kick.load(Ordering::Acquire) || (!g.done.is_empty() && ids.iter().any(|id| g.done.contains_key(id)))
+            };
             if self.ep.wait_for(&mut ready, Instant::now() + self.tick).is_err() {
                 let mut st = self.common.lock();
                 st.stopped.get_or_insert(Stop::Failed);
@@ -904,16 +907,22 @@ impl Driver {
 
 /// Hands `put` the buffers of `list` nobody else holds any more and drops
 /// them from it; then stops watching the oldest beyond `max`.
+/// Only the oldest [`TAKE_BACK_LOOK`] are looked at, once per turn: they
+/// are the ones most likely free, and a list of hundreds (a window of
+/// small frames per peer) looked at whole in every turn cost more than the
+/// buffers saved.
 fn take_back(list: &mut VecDeque<Bytes>, max: usize, mut put: impl FnMut(BytesMut)) {
-    let mut i = 0;
-    while i < list.len() {
-        if !list[i].is_unique() {
-            i += 1;
-            continue;
-        }
-        if let Ok(m) = list.remove(i).expect("in range").try_into_mut() {
+    let mut kept = Vec::new();
+    for _ in 0..list.len().min(TAKE_BACK_LOOK) {
+        let b = list.pop_front().expect("in range");
+        if !b.is_unique() {
+            kept.push(b);
+        } else if let Ok(m) = b.try_into_mut() {
             put(m);
         }
+    }
+    for b in kept.into_iter().rev() {
+        list.push_front(b);
     }
     while list.len() > max {
         list.pop_front();
