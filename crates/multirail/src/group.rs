@@ -77,8 +77,8 @@ const POSTED_CTRL: usize = 4;
 /// Data receive buffers posted per peer are capped at this many bytes,
 /// and at a window's worth of frames up to this many: a frame that finds
 /// no receive posted is copied twice (into a buffer of its own, then into
-/// the receive).
-const POSTED_DATA_BYTES: usize = 64 << 20;
+/// the receive), while every byte posted is memory touched.
+const POSTED_DATA_BYTES: usize = 16 << 20;
 const MAX_POSTED_DATA: usize = 64;
 /// When the view has several senders, own data frames handed to the
 /// endpoint and not yet sent are capped at this many bytes per peer (at
