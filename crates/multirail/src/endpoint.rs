@@ -532,16 +532,23 @@ impl Endpoint {
         self.isend_raw(peer, tag, data.into())
     }
 
+    /// Queues the message in the core and marks its connections as having
+    /// output without writing it (write coalescing): whoever runs the
+    /// engine's loop next, or flushes, writes it with what follows.
+    fn isend_deferred(&self, peer: u32, tag: u64, data: Bytes) -> ReqId {
+        let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
+        for i in wake {
+            self.shared.defer_slot(i);
+        }
+        id
+    }
+
     fn isend_raw(&self, peer: u32, tag: u64, data: Bytes) -> Result<SendRequest<'_>, Error> {
         self.check_peer(peer)?;
         self.engine()?;
         let small = data.len() <= crate::config::COALESCE_MAX_BYTES;
         let id = if small && self.coalesce(self.engine()?) {
-            let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
-            for i in wake {
-                self.shared.defer_slot(i);
-            }
-            id
+            self.isend_deferred(peer, tag, data)
         } else {
             self.shared.with_core_send(|c, now| c.isend(peer, tag, data, now))
         };
@@ -698,11 +705,7 @@ impl Endpoint {
     pub(crate) fn isend_reserved_later(&self, peer: u32, tag: u64, data: Bytes) -> Result<ReqId, Error> {
         self.check_peer(peer)?;
         self.engine()?;
-        let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
-        for i in wake {
-            self.shared.defer_slot(i);
-        }
-        Ok(id)
+        Ok(self.isend_deferred(peer, tag, data))
     }
 
     /// Writes what [`Endpoint::isend_reserved_later`] queued, one write per

@@ -362,22 +362,22 @@ impl Shared {
     /// Writes deferred output from this thread where the rail is free
     /// (`test` makes no other progress).
     pub fn flush_deferred(&self) {
-        if self.deferred_any.swap(false, Ordering::AcqRel) {
-            for (i, s) in self.slots.iter().enumerate() {
-                if s.wake_pending.load(Ordering::Acquire) {
-                    self.try_send_now(i);
-                }
-            }
-        }
+        self.flush_deferred_then(|_| {});
     }
 
     /// [`Shared::flush_deferred`], and wakes the engine for the slots it
     /// could not write in full (a busy connection, a full socket).
     pub fn flush_deferred_or_wake(&self) {
+        self.flush_deferred_then(|i| self.wake_slot(i));
+    }
+
+    /// Writes the slots with deferred output where the rail is free;
+    /// `unwritten` gets each one left with output.
+    fn flush_deferred_then(&self, mut unwritten: impl FnMut(usize)) {
         if self.deferred_any.swap(false, Ordering::AcqRel) {
             for (i, s) in self.slots.iter().enumerate() {
                 if s.wake_pending.load(Ordering::Acquire) && !self.try_send_now(i) {
-                    self.wake_slot(i);
+                    unwritten(i);
                 }
             }
         }

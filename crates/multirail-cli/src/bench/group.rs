@@ -510,17 +510,26 @@ fn survivors_barrier(ep: &Endpoint, survivors: &[u32]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A sender's own messages handed to the group and not yet delivered back.
+#[derive(Default)]
+struct Sent {
+    /// When each was handed over, oldest first.
+    at: VecDeque<Instant>,
+    /// The most there were at once.
+    most: u64,
+    /// The receiving loop ended: nothing more comes back.
+    stopped: bool,
+}
+
 /// One size at one node: send (if a sender) from a second thread, deliver
 /// here. `rails`: how many the endpoint has (`--fail-member ...:silence`).
 fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
     let Run { me, n, from, size, count, validate, light, failure } = *run;
     let mut expected = count * from.len() as u64;
-    // Send times of own messages not yet delivered back, and the most
-    // there were at once.
-    let sent_at: Mutex<(VecDeque<Instant>, u64)> = Mutex::new((VecDeque::new(), 0));
-    // `--light`: own deliveries so far, and the receiving loop has
-    // stopped (the sender must not wait for a delivery that cannot come).
-    let own: (Mutex<(u64, bool)>, Condvar) = (Mutex::new((0, false)), Condvar::new());
+    // Own messages not yet delivered back; `--light` waits on `back` for
+    // them to be none.
+    let sent = Mutex::new(Sent::default());
+    let back = Condvar::new();
     let fixed = Bytes::from(vec![0x5a; size]);
     let t0 = Instant::now();
     std::thread::scope(|s| {
@@ -528,20 +537,20 @@ fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
             s.spawn(move || fail_self(f, rails, t0));
         }
         let sender = from.contains(&me).then(|| {
-            let (sent_at, fixed, own) = (&sent_at, &fixed, &own);
+            let (sent, back, fixed) = (&sent, &back, &fixed);
             s.spawn(move || -> anyhow::Result<()> {
                 for k in 0..count {
                     let p = if validate { pattern(me, k, size) } else { fixed.clone() };
                     {
-                        let mut s = sent_at.lock().unwrap_or_else(|e| e.into_inner());
-                        s.0.push_back(Instant::now());
-                        s.1 = s.1.max(s.0.len() as u64);
+                        let mut s = sent.lock().unwrap_or_else(|e| e.into_inner());
+                        s.at.push_back(Instant::now());
+                        s.most = s.most.max(s.at.len() as u64);
                     }
                     g.ordered_send_timeout(p, STALL).with_context(|| format!("ordered_send of message {k}"))?;
                     if light {
-                        let mut o = own.0.lock().unwrap_or_else(|e| e.into_inner());
-                        while o.0 <= k && !o.1 {
-                            o = own.1.wait(o).unwrap_or_else(|e| e.into_inner());
+                        let mut s = sent.lock().unwrap_or_else(|e| e.into_inner());
+                        while !s.at.is_empty() && !s.stopped {
+                            s = back.wait(s).unwrap_or_else(|e| e.into_inner());
                         }
                     }
                 }
@@ -594,12 +603,11 @@ fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
             bytes += d.payload.len() as u64;
             last = now;
             if d.sender == me {
-                if let Some(t) = sent_at.lock().unwrap_or_else(|e| e.into_inner()).0.pop_front() {
+                if let Some(t) = sent.lock().unwrap_or_else(|e| e.into_inner()).at.pop_front() {
                     lat_us.push(now.duration_since(t).as_secs_f64() * 1e6);
                 }
                 if light {
-                    own.0.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
-                    own.1.notify_one();
+                    back.notify_one();
                 }
             }
             if validate && error.is_none() {
@@ -614,8 +622,8 @@ fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
             }
         }
         if let Some(h) = sender {
-            own.0.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
-            own.1.notify_one();
+            sent.lock().unwrap_or_else(|e| e.into_inner()).stopped = true;
+            back.notify_one();
             match h.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
@@ -627,7 +635,7 @@ fn measure(g: &Group, run: &Run, rails: usize) -> anyhow::Result<NodeResult> {
             }
         }
         let secs = last.duration_since(t0).as_secs_f64().max(1e-9);
-        let outstanding = sent_at.lock().unwrap_or_else(|e| e.into_inner()).1;
+        let outstanding = sent.lock().unwrap_or_else(|e| e.into_inner()).most;
         Ok(NodeResult { rate: bytes as f64 / secs, lat_us, order, per_sender, error, view_after, outstanding })
     })
 }
