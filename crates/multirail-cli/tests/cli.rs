@@ -691,6 +691,8 @@ fn messages_name_what_the_user_typed() {
         (vec!["--rails", "tcp:999.1.1.1"], None, "'999.1.1.1' is not a valid IP address", Some("no interface")),
         (vec!["--sizes", "abc"], None, "--sizes abc", None),
         (vec![], Some(("MULTIRAIL_CHUNK", "1T")), "MULTIRAIL_CHUNK=1T", Some("1099511627776")),
+        (vec![], Some(("MULTIRAIL_ACK_REQUEST", "half")), "MULTIRAIL_ACK_REQUEST=half", None),
+        (vec![], Some(("MULTIRAIL_SPREAD_WINDOW_US", "0.5ms")), "MULTIRAIL_SPREAD_WINDOW_US=0.5ms", None),
     ] {
         let mut c = multirail(&["bench", "bw"]);
         c.args(&args).args(TINY);

@@ -40,6 +40,9 @@ pub struct RailView {
     pub inflight: u64,
     /// Most bytes this rail may have in flight.
     pub window: u64,
+    /// Most bytes in flight beyond which `spread` places no more small
+    /// whole messages here (at most `window`).
+    pub small_window: u64,
     /// Measured throughput in bytes/s: the largest sample of the last
     /// 250 ms, else of the last 10 s; 0 = none that recent.
     pub rate: f64,
@@ -57,6 +60,9 @@ pub struct RailView {
 impl RailView {
     pub fn has_room(&self) -> bool {
         self.up && self.inflight < self.window
+    }
+    pub fn has_room_for_small(&self) -> bool {
+        self.up && self.inflight < self.small_window.min(self.window)
     }
     /// Throughput to plan with: measured, else advertised, else default.
     pub fn planning_rate(&self) -> f64 {
@@ -271,9 +277,14 @@ impl Scheduler for RoundRobin {
 /// Whole messages on the pair's preferred rail (as `single`) while it is
 /// nearly idle, so a lone small message keeps one rail's latency; once
 /// [`SPREAD_BACKLOG`] bytes queue on it, each message goes whole to the
-/// rail predicted to deliver it first, so a stream of small messages uses
-/// every rail (MVAPICH2's round-robin gets the bandwidth but loses the
-/// latency; `single` the other way round).
+/// rail predicted to deliver it first among those with room in their
+/// short window ([`RailView::small_window`]), so a stream of small
+/// messages uses every rail (MVAPICH2's round-robin gets the bandwidth but
+/// loses the latency; `single` the other way round). When every short
+/// window is full the message waits, and goes to the first rail whose
+/// acknowledgements free room: the split follows what each rail delivers,
+/// which estimates taken from bursts of a few hundred microseconds do not
+/// tell reliably.
 struct Spread;
 
 impl Spread {
@@ -285,7 +296,7 @@ impl Spread {
             _ => rails
                 .iter()
                 .enumerate()
-                .filter(|(_, r)| r.has_room())
+                .filter(|(_, r)| r.has_room_for_small())
                 .min_by(|a, b| {
                     let (fa, fb) = (a.1.predicted_finish(msg.len), b.1.predicted_finish(msg.len));
                     // Ties go to the preferred rail.
@@ -639,6 +650,7 @@ mod tests {
             up: true,
             inflight: 0,
             window: u64::MAX,
+            small_window: u64::MAX,
             rate,
             bandwidth: 0,
             latency: Duration::ZERO,

@@ -205,6 +205,12 @@ fn env_ms(name: &str) -> Result<Option<Duration>, Error> {
         .transpose()
 }
 
+fn env_us(name: &str) -> Result<Option<Duration>, Error> {
+    env(name)
+        .map(|v| v.trim().parse::<u64>().map(Duration::from_micros).map_err(|_| bad(name, &v, "expected microseconds")))
+        .transpose()
+}
+
 impl Config {
     /// True if same-host pairs get the automatic `shm` rail: the mode is
     /// `auto` and the rail list does not name `shm` itself (then that list
@@ -269,6 +275,19 @@ impl Config {
         }
         if let Some(v) = env_size("MULTIRAIL_ACK_BYTES")? {
             self.proto.ack_bytes = v;
+        }
+        if let Some(d) = env_us("MULTIRAIL_RAIL_WINDOW_US")? {
+            self.proto.rail_window_time = d;
+        }
+        if let Some(d) = env_us("MULTIRAIL_SPREAD_WINDOW_US")? {
+            self.proto.spread_window_time = d;
+        }
+        if let Some(v) = env_size("MULTIRAIL_SPREAD_WINDOW_MIN")? {
+            self.proto.spread_window_min = v;
+        }
+        if let Some(v) = env("MULTIRAIL_ACK_REQUEST") {
+            self.proto.ack_request_div =
+                v.trim().parse().map_err(|_| bad("MULTIRAIL_ACK_REQUEST", &v, "expected a whole number (0 = off)"))?;
         }
         if let Some(v) = env_size("MULTIRAIL_NOTSENT_LOWAT")? {
             self.socket.notsent_lowat = (v > 0).then_some(v.min(u32::MAX as u64) as u32);

@@ -116,6 +116,19 @@ pub struct Config {
     pub rail_window: u64,
     pub rail_window_min: u64,
     pub rail_window_time: Duration,
+    /// The shorter window small whole messages (`spread`) are placed
+    /// against: `spread_window_time` worth of bytes at the rail's rate
+    /// (plus its excess round trip), at least `spread_window_min`, at most
+    /// the rail's window. Messages that find no rail within it wait and go
+    /// to the first rail whose acknowledgements free room, so the rails'
+    /// actual speeds decide the split, not their estimates.
+    pub spread_window_time: Duration,
+    pub spread_window_min: u64,
+    /// Ask the peer to acknowledge at once (flag ACK_NOW) each time this
+    /// fraction of a rail's spread window was written since the last ask:
+    /// acknowledgements then come while the window still has room, not
+    /// after `ack_bytes` or `ack_delay`. 0 = never ask.
+    pub ack_request_div: u32,
     /// Floor of the retransmission timeout (the excess round trip beyond
     /// queueing after which an unacknowledged fragment makes its rail
     /// suspect).
@@ -154,6 +167,9 @@ impl Default for Config {
             rail_window: 16 << 20,
             rail_window_min: 512 << 10,
             rail_window_time: Duration::from_millis(2),
+            spread_window_time: Duration::from_micros(500),
+            spread_window_min: 64 << 10,
+            ack_request_div: 4,
             rto_min: Duration::from_millis(20),
             probe_interval: Duration::from_millis(200),
             peer_timeout: Duration::from_secs(30),
@@ -171,11 +187,19 @@ pub(crate) struct WindowCfg {
     pub min: u64,
     pub max: u64,
     pub time: Duration,
+    pub small_min: u64,
+    pub small_time: Duration,
 }
 
 impl Config {
     pub(crate) fn window_cfg(&self) -> WindowCfg {
-        WindowCfg { min: self.rail_window_min.max(2 * self.chunk), max: self.rail_window, time: self.rail_window_time }
+        WindowCfg {
+            min: self.rail_window_min.max(2 * self.chunk),
+            max: self.rail_window,
+            time: self.rail_window_time,
+            small_min: self.spread_window_min,
+            small_time: self.spread_window_time,
+        }
     }
 }
 
@@ -919,7 +943,7 @@ impl Core {
     /// The next frame to write on `rail` to `peer`, if any. Report frames
     /// as written, in order, with [`Core::on_sent`].
     pub fn poll_transmit(&mut self, peer: PeerId, rail: RailId, now: Time) -> Option<Transmit> {
-        let checksum = self.cfg.checksum;
+        let (checksum, window, div) = (self.cfg.checksum, self.cfg.window_cfg(), self.cfg.ack_request_div);
         let p = self.peers.get_mut(&peer)?;
         let r = p.rails.get_mut(rail)?;
         if !r.up {
@@ -932,10 +956,13 @@ impl Core {
         } else {
             while let Some(f) = r.data.pop_front() {
                 let Some(msg) = p.out.get(&f.seq) else { continue };
-                let Some(d) = msg.transmit(f.offset, checksum) else { continue };
+                let Some(mut d) = msg.transmit(f.offset, checksum) else { continue };
                 r.handed.push_back(rail::Handed::Frag { seq: f.seq, offset: f.offset });
                 r.stats.tx_bytes += d.payload.len() as u64;
                 r.stats.tx_frames += 1;
+                if r.request_ack(d.payload.len() as u64, &window, div, now) {
+                    d.header.flags = d.header.flags.with(crate::wire::Flags::ACK_NOW);
+                }
                 t = Some(d);
                 break;
             }

@@ -230,9 +230,18 @@ pub(crate) struct Rtt {
     /// rail's latency skewed the adaptive split towards the rail that
     /// happened to see smaller fragments).
     pub min: Option<Duration>,
+    /// The smallest raw round trip of a fragment (written to acknowledged,
+    /// queueing included): what a window must cover at the least. The
+    /// excess round trip cannot tell it when the window itself limits the
+    /// rate (the queueing it subtracts is then computed from that rate).
+    pub raw_min: Option<Duration>,
 }
 
 impl Rtt {
+    pub fn sample_raw(&mut self, r: Duration) {
+        self.raw_min = Some(self.raw_min.map_or(r, |m| m.min(r)));
+    }
+
     pub fn sample(&mut self, r: Duration) {
         self.min = Some(self.min.map_or(r, |m| m.min(r)));
         match self.srtt {
@@ -358,6 +367,9 @@ pub(crate) struct RailState {
     /// Ranges received on this rail and not yet acknowledged.
     pub acks: Vec<AckRange>,
     pub ack_bytes: u64,
+    /// Data bytes handed out since the last frame that asked for an
+    /// acknowledgement at once.
+    pub unrequested: u64,
     pub down_reason: Option<String>,
     pub conn: ConnPlan,
     pub stats: RailStats,
@@ -388,6 +400,7 @@ impl RailState {
             owing: BTreeSet::new(),
             acks: Vec::new(),
             ack_bytes: 0,
+            unrequested: 0,
             down_reason: None,
             conn: ConnPlan::new(connect_retry),
             stats: RailStats::default(),
@@ -444,6 +457,7 @@ impl RailState {
         // sender will re-send them and we will acknowledge the duplicates.
         self.acks.clear();
         self.ack_bytes = 0;
+        self.unrequested = 0;
         self.ping = None;
         self.overdue = None;
         self.suspect_since = None;
@@ -461,11 +475,37 @@ impl RailState {
         by_rate.clamp(min.min(max), max)
     }
 
+    /// Counts `len` data bytes handed out; true if their frame should ask
+    /// for an acknowledgement at once: a `1/div` of the short window went
+    /// out since the last ask, and half of it is in flight (below that the
+    /// window is no limit, and a ping-pong's replies acknowledge each
+    /// message without an ACK frame).
+    pub fn request_ack(&mut self, len: u64, w: &super::WindowCfg, div: u32, now: Time) -> bool {
+        if div == 0 {
+            return false;
+        }
+        self.unrequested += len;
+        let window = self.small_window(w, now);
+        if self.unrequested < window / div as u64 || self.inflight < window / 2 {
+            return false;
+        }
+        self.unrequested = 0;
+        true
+    }
+
+    /// The window small whole messages are placed against (see
+    /// `Config::spread_window_time`).
+    pub fn small_window(&self, w: &super::WindowCfg, now: Time) -> u64 {
+        let max = self.window(w.min, w.max, w.time, now);
+        self.window(w.small_min, max, w.small_time + self.rtt.raw_min.unwrap_or_default(), now)
+    }
+
     pub fn view(&self, w: &super::WindowCfg, now: Time) -> RailView {
         RailView {
             up: self.usable(),
             inflight: self.inflight,
             window: self.window(w.min, w.max, w.time, now),
+            small_window: self.small_window(w, now),
             rate: self.est.planning_rate(now),
             bandwidth: self.caps.bandwidth,
             latency: self.rtt.min.map_or(self.caps.latency, |r| r / 2),

@@ -700,7 +700,8 @@ impl Core {
             if r.up {
                 r.note_received(seq, hdr.offset, hdr.frag_len);
             }
-            if r.ack_bytes >= ack_bytes || big_done || r.acks.len() >= MAX_PENDING_RANGES {
+            let asked = hdr.flags.contains(Flags::ACK_NOW);
+            if r.ack_bytes >= ack_bytes || big_done || asked || r.acks.len() >= MAX_PENDING_RANGES {
                 self.flush_rail_acks(peer, rail);
             } else if p.ack_due.is_none() {
                 p.ack_due = Some(now + ack_delay);

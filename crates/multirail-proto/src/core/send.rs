@@ -501,6 +501,7 @@ fn ack_frag(rails: &mut [super::rail::RailState], f: &mut Frag, now: Time) {
             r.est.on_ack(f.len as u64, &f.stamp, now);
             if !f.retransmit {
                 let rtt = now.since(f.stamp.sent_time);
+                r.rtt.sample_raw(rtt);
                 let queue = (f.stamp.queued + f.len as u64) as f64 / r.drain_rate(now);
                 r.rtt.sample(rtt.saturating_sub(std::time::Duration::from_secs_f64(queue)));
             }
@@ -578,7 +579,13 @@ mod tests {
         // 100 MB/s: 2.62 ms on the wire, then a 100 us round trip.
         let wire = Duration::from_secs_f64(len as f64 / 100e6);
         ack_frag(&mut rails, &mut f, t0 + wire + Duration::from_micros(100));
-        let w = WindowCfg { min: 1 << 20, max: 16 << 20, time: Duration::from_millis(2) };
+        let w = WindowCfg {
+            min: 1 << 20,
+            max: 16 << 20,
+            time: Duration::from_millis(2),
+            small_min: 64 << 10,
+            small_time: Duration::from_micros(500),
+        };
         let view = rails[0].view(&w, t0 + wire + Duration::from_micros(100));
         assert_eq!(view.inflight, 0);
         assert!(view.latency <= Duration::from_micros(50), "latency {:?} counts the transmission", view.latency);

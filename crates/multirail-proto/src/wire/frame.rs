@@ -98,7 +98,11 @@ impl Flags {
     /// HEARTBEAT: the answer to the PING numbered `seq`; `total_len` and
     /// `tag` carry the answerer's cumulative credit counters (as ACK).
     pub const PONG: Flags = Flags(0x0020);
-    pub const ALL: u16 = 0x003f;
+    /// EAGER/DATA: acknowledge at once what this rail has received (with
+    /// this frame), without waiting for the acknowledgement threshold or
+    /// delay: the sender's window on the rail is running out.
+    pub const ACK_NOW: Flags = Flags(0x0040);
+    pub const ALL: u16 = 0x007f;
 
     pub fn contains(self, other: Flags) -> bool {
         self.0 & other.0 == other.0
@@ -227,6 +231,9 @@ impl FrameHeader {
         }
         // ACK carries its prefix in `seq` (and `aux` counts its ranges).
         if self.flags.contains(Flags::ACKED) && self.op == Op::Ack {
+            return Err(WireError::UnknownFlags(self.flags.0));
+        }
+        if self.flags.contains(Flags::ACK_NOW) && !matches!(self.op, Op::Eager | Op::Data) {
             return Err(WireError::UnknownFlags(self.flags.0));
         }
         let probe = self.flags.0 & (Flags::PING.0 | Flags::PONG.0);
@@ -439,12 +446,20 @@ mod tests {
         b[3] = 0x80;
         assert_eq!(FrameHeader::parse(&b, &Limits::default()), Err(WireError::UnknownFlags(0x8001)));
         let mut b = EAGER_BYTES;
-        b[2] = 0x41;
-        assert_eq!(FrameHeader::parse(&b, &Limits::default()), Err(WireError::UnknownFlags(0x0041)));
+        b[2] = 0x81;
+        assert_eq!(FrameHeader::parse(&b, &Limits::default()), Err(WireError::UnknownFlags(0x0081)));
         // DISCARD is only meaningful on CTS.
         let mut h = eager_repr();
         h.flags = Flags::DISCARD;
         assert!(FrameHeader::parse(&h.to_bytes(), &Limits::default()).is_err());
+        // ACK_NOW only on frames that carry message bytes.
+        h.flags = Flags::ACK_NOW;
+        assert!(FrameHeader::parse(&h.to_bytes(), &Limits::default()).is_ok());
+        for op in [Op::Ack, Op::Rts, Op::Cts, Op::Heartbeat] {
+            let mut c = FrameHeader::new(op);
+            c.flags = Flags::ACK_NOW;
+            assert!(FrameHeader::parse(&c.to_bytes(), &Limits::default()).is_err(), "{op:?}");
+        }
     }
 
     #[test]

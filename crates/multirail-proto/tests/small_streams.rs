@@ -1,0 +1,241 @@
+//! Streams of small whole messages over several rails (`spread`): they are
+//! placed against each rail's short window, wait when every rail is that
+//! full, and go to whichever rail's acknowledgements free room first; the
+//! sender asks for those acknowledgements (flag ACK_NOW) so they come
+//! while the window still has room. Frame by frame against one core, no
+//! IO, no clock: deterministic.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use multirail_proto::core::{Config, Core, PeerId, RailCaps, RailId, Transmit};
+use multirail_proto::sim::{LinkSpec, Sim, pattern};
+use multirail_proto::time::Time;
+use multirail_proto::wire::{AckRange, AckRepr, Flags, FrameHeader, Op};
+
+const PEER: PeerId = 1;
+const CREDIT: u64 = 64 << 20;
+const MSG: usize = 4096;
+
+fn core(cfg: Config, rails: usize) -> Core {
+    let mut c = Core::new(cfg);
+    c.add_peer(PEER, rails);
+    for r in 0..rails {
+        c.rail_up(PEER, r, RailCaps::default(), CREDIT, Time::ZERO);
+    }
+    c
+}
+
+/// Every frame the core has for `rail` now, reported written.
+fn drain(c: &mut Core, rail: RailId, now: Time) -> Vec<Transmit> {
+    let mut out = Vec::new();
+    while let Some(t) = c.poll_transmit(PEER, rail, now) {
+        out.push(t);
+    }
+    c.on_sent(PEER, rail, out.len(), now);
+    out
+}
+
+fn data_frames(frames: &[Transmit]) -> Vec<&Transmit> {
+    frames.iter().filter(|t| t.header.op.carries_data()).collect()
+}
+
+/// The ACK a receiver would send for `frames`.
+fn ack_of(frames: &[&Transmit]) -> (FrameHeader, Vec<u8>) {
+    let ranges: Vec<AckRange> = frames
+        .iter()
+        .map(|t| AckRange { seq: t.header.seq, offset: t.header.offset, len: t.header.frag_len })
+        .collect();
+    let repr = AckRepr { ranges };
+    let mut h = FrameHeader::new(Op::Ack);
+    h.aux = repr.ranges.len() as u32;
+    h.frag_len = repr.buffer_len() as u32;
+    h.total_len = CREDIT; // credit counters: everything given back
+    (h, repr.to_vec())
+}
+
+#[test]
+fn the_sender_asks_for_an_acknowledgement_once_per_quarter_of_the_short_window() {
+    // No rate measured yet: the short window is its minimum, 64 KiB, so
+    // every 16 KiB of data one frame asks (div 4).
+    let cfg = Config { spread_window_min: 64 << 10, ack_request_div: 4, ..Config::default() };
+    let mut c = core(cfg.clone(), 1);
+    let t = Time::ZERO + Duration::from_millis(1);
+    for i in 0..16 {
+        c.isend(PEER, i, Bytes::from(pattern(i, MSG)), t);
+    }
+    let frames = drain(&mut c, 0, t);
+    let asks: Vec<bool> = data_frames(&frames).iter().map(|f| f.header.flags.contains(Flags::ACK_NOW)).collect();
+    assert_eq!(asks.len(), 16);
+    let want: Vec<bool> = (1..=16).map(|n| n % 4 == 0).collect();
+    assert_eq!(asks, want, "every fourth 4 KiB frame asks");
+
+    // Never, when asking is off.
+    let mut c = core(Config { ack_request_div: 0, ..cfg }, 1);
+    for i in 0..16 {
+        c.isend(PEER, i, Bytes::from(pattern(i, MSG)), t);
+    }
+    let frames = drain(&mut c, 0, t);
+    assert!(data_frames(&frames).iter().all(|f| !f.header.flags.contains(Flags::ACK_NOW)));
+}
+
+#[test]
+fn a_frame_that_asks_is_acknowledged_at_once_others_after_the_delay() {
+    let cfg = Config::default();
+    let ack_delay = cfg.ack_delay;
+    for ask in [false, true] {
+        let mut c = core(cfg.clone(), 2);
+        let t = Time::ZERO + Duration::from_millis(1);
+        let buf = BytesMut::zeroed(MSG);
+        c.irecv(Some(PEER), Some(7), buf, t);
+        let mut h = FrameHeader::new(Op::Eager);
+        h.seq = 0;
+        h.tag = 7;
+        h.total_len = MSG as u64;
+        h.frag_len = MSG as u32;
+        if ask {
+            h.flags = Flags::ACK_NOW;
+        }
+        let h = FrameHeader::parse(&h.to_bytes(), &cfg.limits).expect("a well-formed header");
+        c.on_frame(PEER, 1, &h, &pattern(7, MSG), t).expect("accepted");
+        let acks = |frames: &[Transmit]| frames.iter().filter(|f| f.header.op == Op::Ack).count();
+        let now = drain(&mut c, 1, t);
+        assert_eq!(acks(&now), usize::from(ask), "ask {ask}: an ACK at once only if asked");
+        // Without the flag the timer sends it, on the rail the frame came on.
+        let later = t + ack_delay;
+        c.handle_timeout(later);
+        let then = drain(&mut c, 1, later);
+        assert_eq!(acks(&now) + acks(&then), 1, "ask {ask}: acknowledged exactly once");
+        assert!(drain(&mut c, 0, later).iter().all(|f| f.header.op != Op::Ack), "not on the other rail");
+    }
+}
+
+#[test]
+fn a_stream_waits_for_room_and_follows_the_acknowledgements() {
+    // Two rails, short windows of 64 KiB (no rate measured yet): 64
+    // messages of 4 KiB do not all fit, so only 32 are placed; the rest
+    // wait, and go to the rail that acknowledges.
+    let cfg = Config { spread_window_min: 64 << 10, ..Config::default() };
+    let mut c = core(cfg, 2);
+    let t = Time::ZERO + Duration::from_millis(1);
+    for i in 0..64 {
+        c.isend(PEER, i, Bytes::from(pattern(i, MSG)), t);
+    }
+    let f0 = drain(&mut c, 0, t);
+    let f1 = drain(&mut c, 1, t);
+    let (d0, d1) = (data_frames(&f0), data_frames(&f1));
+    assert!(d0.len() >= 8 && d1.len() >= 8, "both rails used: {} / {}", d0.len(), d1.len());
+    assert_eq!(d0.len() + d1.len(), 32, "the short windows hold 2 x 64 KiB, the rest waits");
+    assert!(d0.iter().chain(&d1).all(|f| f.header.frag_len as usize == MSG), "whole messages");
+    let placed: u64 = (d0.len() + d1.len()) as u64;
+
+    // Rail 1 acknowledges everything it carried; rail 0 nothing. The next
+    // messages go to rail 1 only, in order.
+    let (h, payload) = ack_of(&d1);
+    let t2 = t + Duration::from_micros(200);
+    c.on_frame(PEER, 1, &h, &payload, t2).expect("ACK accepted");
+    assert!(data_frames(&drain(&mut c, 0, t2)).is_empty(), "rail 0 is still full");
+    let more = drain(&mut c, 1, t2);
+    let more = data_frames(&more);
+    assert_eq!(more.len(), d1.len(), "as many as were acknowledged");
+    let tags: Vec<u64> = more.iter().map(|f| f.header.tag).collect();
+    let want: Vec<u64> = (placed..placed + more.len() as u64).collect();
+    assert_eq!(tags, want, "the waiting messages, in order");
+}
+
+/// Sends `n` messages of `MSG` bytes from 0 to 1, checks them, and returns
+/// the time until the last arrived (within 10 us) and the bytes per rail.
+fn stream(sim: &mut Sim, n: usize) -> (f64, Vec<u64>) {
+    let before: Vec<u64> = sim.nodes[0].rail_stats(1, sim.now).iter().map(|r| r.tx_bytes).collect();
+    let recvs: Vec<_> = (0..n).map(|_| sim.irecv(1, Some(0), None, MSG)).collect();
+    let t0 = sim.now;
+    for i in 0..n {
+        sim.isend(0, 1, i as u64, Bytes::from(pattern(i as u64, MSG)));
+    }
+    let done = |s: &Sim| recvs.iter().all(|r| s.is_done(1, *r));
+    let end = sim.now + Duration::from_secs(10);
+    while !done(sim) && sim.now < end {
+        let step_end = sim.now + Duration::from_micros(10);
+        sim.run_until(Duration::from_micros(10), |s| done(s) || s.now >= step_end);
+    }
+    assert!(done(sim), "every message arrived: {:?}", sim.errors);
+    let took = (sim.now - t0).as_secs_f64();
+    for (i, r) in recvs.into_iter().enumerate() {
+        match sim.take(1, r) {
+            Some(multirail_proto::sim::Done::Recv(Ok(st), buf)) => {
+                assert_eq!(st.tag, i as u64, "in order");
+                assert_eq!(&buf[..MSG], &pattern(i as u64, MSG)[..]);
+            }
+            other => panic!("receive {i}: {other:?}"),
+        }
+    }
+    let after = sim.nodes[0].rail_stats(1, sim.now);
+    (took, after.iter().zip(before).map(|(a, b)| a.tx_bytes - b).collect())
+}
+
+#[test]
+fn a_stream_of_small_messages_fills_unequal_rails() {
+    // 1 + 3 Gbit/s with 0.5 ms each way: whole 4 KiB messages, each
+    // rail's share following what it acknowledges (round-robin would cap
+    // the pair at twice the slow rail), and each rail's short window
+    // growing to its bandwidth-delay product (a fixed 64 KiB would carry
+    // 64 KiB per millisecond round trip). The first stream measures the
+    // rails; the second must run at the sum.
+    let links = [LinkSpec::gbit(1.0, 500), LinkSpec::gbit(3.0, 500)];
+    let mut sim = Sim::new(2, &links, Config::default());
+    stream(&mut sim, 4096);
+    let n = 4096;
+    let (took, bytes) = stream(&mut sim, n);
+    let rate = (n * MSG) as f64 / took;
+    let sum = 500e6;
+    let slow = bytes[0] as f64 / (bytes[0] + bytes[1]) as f64;
+    assert!(rate > 0.85 * sum, "{:.0} MB/s of the {:.0} MB/s sum; split {bytes:?}", rate / 1e6, sum / 1e6);
+    assert!((0.15..0.35).contains(&slow), "slow rail carried {:.0}% (its share of the sum: 25%)", slow * 100.0);
+}
+
+#[test]
+fn a_ping_pong_sends_no_ack_frames() {
+    // Each reply carries the delivered prefix, which acknowledges the
+    // request: asking for acknowledgements would add an ACK frame (a write
+    // and a read) to every few round trips of a latency test.
+    let cfg = |rank| Config { rank, spread_window_min: 64 << 10, ..Config::default() };
+    let mut side = [Core::new(cfg(0)), Core::new(cfg(1))];
+    for (i, c) in side.iter_mut().enumerate() {
+        let other = 1 - i as PeerId;
+        c.add_peer(other, 2);
+        for r in 0..2 {
+            c.rail_up(other, r, RailCaps::default(), CREDIT, Time::ZERO);
+        }
+    }
+    let mut now = Time::ZERO + Duration::from_millis(1);
+    let mut acks = 0;
+    for round in 0..200u64 {
+        let (from, to) = if round % 2 == 0 { (0usize, 1usize) } else { (1, 0) };
+        side[to].irecv(Some(from as PeerId), Some(round), BytesMut::zeroed(MSG), now);
+        side[from].isend(to as PeerId, round, Bytes::from(pattern(round, MSG)), now);
+        let mut moved = 0;
+        for rail in 0..2 {
+            let mut frames = Vec::new();
+            while let Some(t) = side[from].poll_transmit(to as PeerId, rail, now) {
+                frames.push(t);
+            }
+            side[from].on_sent(to as PeerId, rail, frames.len(), now);
+            for t in frames {
+                acks += usize::from(t.header.op == Op::Ack);
+                moved += usize::from(t.header.op.carries_data());
+                let h = FrameHeader::parse(&t.header.to_bytes(), &side[to].config().limits).unwrap();
+                side[to].on_frame(from as PeerId, rail, &h, &t.payload, now).expect("accepted");
+            }
+        }
+        assert_eq!(moved, 1, "round {round}: one frame per message");
+        now = now + Duration::from_micros(20);
+        while side[from].poll_event().is_some() {}
+        let mut got = false;
+        while let Some(e) = side[to].poll_event() {
+            got |= matches!(e, multirail_proto::core::Event::RecvDone { result: Ok(_), .. });
+        }
+        assert!(got, "round {round} delivered");
+    }
+    assert_eq!(acks, 0, "ACK frames in a 4 KiB ping-pong");
+    assert_eq!(side[0].unacked_messages() + side[1].unacked_messages(), 1, "all but the last reply acknowledged");
+}
