@@ -132,6 +132,13 @@ fn group_bench_refuses_an_empty_chunk() {
     assert!(!o.status.success() && err.contains("at least one byte"), "{err}");
 }
 
+#[test]
+fn group_bench_refuses_compare_instead_of_ignoring_it() {
+    let o = run(&mut multirail(&["bench", "group", "--sizes", "1K", "--compare", "env:MULTIRAIL_ACK_REQUEST=0"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--compare"), "{err}");
+}
+
 /// A member's process ends mid-run (`--fail-member RANK@TIME`, a crash:
 /// nothing is closed): the other two install one view without it, deliver
 /// the same validated sequence and finish with exit 0. Rank 0 too (the

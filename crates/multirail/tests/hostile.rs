@@ -649,7 +649,7 @@ fn handshake_wrong_job() {
 #[test]
 fn handshake_wrong_protocol_version() {
     handshake_attack(|addr| {
-        for version in [0u16, 1, 2, 4, 0xffff] {
+        for version in [0u16, 1, 2, 3, 5, 0xffff] {
             let mut b = hello_bytes(&hello(2, 1), KEY);
             b[8..10].copy_from_slice(&version.to_le_bytes());
             refused_with(addr, &b, RejectReason::Version);

@@ -55,6 +55,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<i32> {
              `multirail run -n N` or mpirun/srun, not --server/--connect"
         );
     }
+    if !args.compare.is_empty() {
+        bail!(
+            "bench group does not take --compare: run it once per configuration \
+             (bench/group-sitting.sh repeats the runs and takes medians)"
+        );
+    }
     sizes(args)?;
     relay_min(args)?;
     chunk(args)?;

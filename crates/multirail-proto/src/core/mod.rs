@@ -117,9 +117,9 @@ pub struct Config {
     pub rail_window_min: u64,
     pub rail_window_time: Duration,
     /// The shorter window small whole messages (`spread`) are placed
-    /// against: `spread_window_time` worth of bytes at the rail's rate
-    /// (plus its excess round trip), at least `spread_window_min`, at most
-    /// the rail's window. Messages that find no rail within it wait and go
+    /// against: the rail's rate times (`spread_window_time` + its smallest
+    /// raw round trip + its excess round trip), at least
+    /// `spread_window_min`, at most the rail's window. Messages that find no rail within it wait and go
     /// to the first rail whose acknowledgements free room, so the rails'
     /// actual speeds decide the split, not their estimates.
     pub spread_window_time: Duration,

@@ -485,8 +485,14 @@ impl RailState {
             return false;
         }
         self.unrequested += len;
-        let window = self.small_window(w, now);
-        if self.unrequested < window / div as u64 || self.inflight < window / 2 {
+        // The short window is never below `floor`: a lone message in a
+        // ping-pong leaves here without computing it.
+        let (div, floor) = (div as u64, w.small_min.min(w.min).min(w.max));
+        if self.unrequested < floor / div || self.inflight < floor / 2 {
+            return false;
+        }
+        let window = self.small_window(w, self.window(w.min, w.max, w.time, now), now);
+        if self.unrequested < window / div || self.inflight < window / 2 {
             return false;
         }
         self.unrequested = 0;
@@ -494,18 +500,18 @@ impl RailState {
     }
 
     /// The window small whole messages are placed against (see
-    /// `Config::spread_window_time`).
-    pub fn small_window(&self, w: &super::WindowCfg, now: Time) -> u64 {
-        let max = self.window(w.min, w.max, w.time, now);
-        self.window(w.small_min, max, w.small_time + self.rtt.raw_min.unwrap_or_default(), now)
+    /// `Config::spread_window_time`), at most `window`, the rail's.
+    pub fn small_window(&self, w: &super::WindowCfg, window: u64, now: Time) -> u64 {
+        self.window(w.small_min, window, w.small_time + self.rtt.raw_min.unwrap_or_default(), now)
     }
 
     pub fn view(&self, w: &super::WindowCfg, now: Time) -> RailView {
+        let window = self.window(w.min, w.max, w.time, now);
         RailView {
             up: self.usable(),
             inflight: self.inflight,
-            window: self.window(w.min, w.max, w.time, now),
-            small_window: self.small_window(w, now),
+            window,
+            small_window: self.small_window(w, window, now),
             rate: self.est.planning_rate(now),
             bandwidth: self.caps.bandwidth,
             latency: self.rtt.min.map_or(self.caps.latency, |r| r / 2),
