@@ -665,6 +665,19 @@ impl Sim {
         self.run_to(end, &mut done)
     }
 
+    /// As [`Sim::run_until`], but the clock moves at most `step` at a
+    /// time, so when `done` holds `now` is within `step` of when it became
+    /// true (`run_until` may jump on to the next event, a timer perhaps,
+    /// before it looks): for measuring how long something took.
+    pub fn run_until_within(&mut self, limit: Duration, step: Duration, mut done: impl FnMut(&Sim) -> bool) -> bool {
+        let end = self.now + limit;
+        while !done(self) && self.now < end {
+            let slice = step.min(end.since(self.now));
+            self.run_until(slice, &mut done);
+        }
+        done(self)
+    }
+
     /// Steps for `d` of virtual time.
     pub fn run_for(&mut self, d: Duration) {
         let end = self.now + d;

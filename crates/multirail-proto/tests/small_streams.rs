@@ -153,12 +153,8 @@ fn stream(sim: &mut Sim, n: usize) -> (f64, Vec<u64>) {
         sim.isend(0, 1, i as u64, Bytes::from(pattern(i as u64, MSG)));
     }
     let done = |s: &Sim| recvs.iter().all(|r| s.is_done(1, *r));
-    let end = sim.now + Duration::from_secs(10);
-    while !done(sim) && sim.now < end {
-        let step_end = sim.now + Duration::from_micros(10);
-        sim.run_until(Duration::from_micros(10), |s| done(s) || s.now >= step_end);
-    }
-    assert!(done(sim), "every message arrived: {:?}", sim.errors);
+    let arrived = sim.run_until_within(Duration::from_secs(10), Duration::from_micros(10), done);
+    assert!(arrived, "every message arrived: {:?}", sim.errors);
     let took = (sim.now - t0).as_secs_f64();
     for (i, r) in recvs.into_iter().enumerate() {
         match sim.take(1, r) {

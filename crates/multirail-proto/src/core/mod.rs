@@ -119,9 +119,10 @@ pub struct Config {
     /// The shorter window small whole messages (`spread`) are placed
     /// against: the rail's rate times (`spread_window_time` + its smallest
     /// raw round trip + its excess round trip), at least
-    /// `spread_window_min`, at most the rail's window. Messages that find no rail within it wait and go
-    /// to the first rail whose acknowledgements free room, so the rails'
-    /// actual speeds decide the split, not their estimates.
+    /// `spread_window_min`, at most the rail's window. Messages that find
+    /// no rail within it wait and go to the first rail whose
+    /// acknowledgements free room, so the rails' actual speeds decide the
+    /// split, not their estimates.
     pub spread_window_time: Duration,
     pub spread_window_min: u64,
     /// Ask the peer to acknowledge at once (flag ACK_NOW) each time this
