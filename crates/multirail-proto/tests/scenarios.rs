@@ -154,8 +154,8 @@ fn bytes_per_rail(sim: &Sim) -> Vec<u64> {
 fn weighted_shares_follow_bandwidth() {
     let links = [LinkSpec::gbit(1.0, 10), LinkSpec::gbit(3.0, 10)];
     let mut sim = Sim::new(2, &links, cfg("*:weighted"));
-    sim.set_caps(0, 1, 0, RailCaps { bandwidth: 125_000_000, latency: Duration::ZERO });
-    sim.set_caps(0, 1, 1, RailCaps { bandwidth: 375_000_000, latency: Duration::ZERO });
+    sim.set_caps(0, 1, 0, RailCaps { bandwidth: 125_000_000, ..RailCaps::default() });
+    sim.set_caps(0, 1, 1, RailCaps { bandwidth: 375_000_000, ..RailCaps::default() });
     send_and_verify(&mut sim, &[8 << 20], true);
     assert_eq!(bytes_per_rail(&sim), vec![2 << 20, 6 << 20]);
 }

@@ -18,10 +18,14 @@ const CREDIT: u64 = 64 << 20;
 const MSG: usize = 4096;
 
 fn core(cfg: Config, rails: usize) -> Core {
+    core_with(cfg, rails, RailCaps::default())
+}
+
+fn core_with(cfg: Config, rails: usize, caps: RailCaps) -> Core {
     let mut c = Core::new(cfg);
     c.add_peer(PEER, rails);
     for r in 0..rails {
-        c.rail_up(PEER, r, RailCaps::default(), CREDIT, Time::ZERO);
+        c.rail_up(PEER, r, caps, CREDIT, Time::ZERO);
     }
     c
 }
@@ -141,6 +145,33 @@ fn a_stream_waits_for_room_and_follows_the_acknowledgements() {
     let tags: Vec<u64> = more.iter().map(|f| f.header.tag).collect();
     let want: Vec<u64> = (placed..placed + more.len() as u64).collect();
     assert_eq!(tags, want, "the waiting messages, in order");
+}
+
+#[test]
+fn rails_inside_the_host_take_a_stream_against_their_whole_window_without_asking() {
+    // Shared memory or loopback: the CPUs set the pace, and a short
+    // window only adds round trips (measured 0.58 x at 4 KiB with shm).
+    // Of 200 messages, two short windows of 64 KiB take 32; two whole
+    // windows (512 KiB each with no rate measured) take 200 at once, and
+    // no frame asks for an acknowledgement even past half the window.
+    let cfg = Config { spread_window_min: 64 << 10, ack_request_div: 4, ..Config::default() };
+    for host_local in [false, true] {
+        let mut c = core_with(cfg.clone(), 2, RailCaps { host_local, ..RailCaps::default() });
+        let t = Time::ZERO + Duration::from_millis(1);
+        for i in 0..200 {
+            c.isend(PEER, i, Bytes::from(pattern(i, MSG)), t);
+        }
+        let (f0, f1) = (drain(&mut c, 0, t), drain(&mut c, 1, t));
+        let data: Vec<&Transmit> = data_frames(&f0).into_iter().chain(data_frames(&f1)).collect();
+        let asks = data.iter().filter(|f| f.header.flags.contains(Flags::ACK_NOW)).count();
+        if host_local {
+            assert_eq!(data.len(), 200, "every message placed at once");
+            assert_eq!(asks, 0, "no frame asks");
+        } else {
+            assert_eq!(data.len(), 32, "the short windows hold 2 x 64 KiB");
+            assert!(asks > 0, "frames ask for acknowledgements");
+        }
+    }
 }
 
 /// Sends `n` messages of `MSG` bytes from 0 to 1, checks them, and returns

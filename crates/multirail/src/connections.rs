@@ -312,6 +312,11 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         latency: Duration::ZERO,
         max_frame: cfg.proto.limits.max_frame.min(c.hello.max_frame),
     };
+    let host_local = spec.is_shm()
+        || c.stream
+            .local_addr()
+            .and_then(|l| Ok((l, c.stream.peer_addr()?)))
+            .is_ok_and(|(l, p)| stays_in_host(l.ip(), p.ip()));
     let fault = cfg.faults.get(c.rail).cloned().flatten();
     let rail: Box<dyn Rail> = if spec.is_shm() {
         // The peer opened the connection exactly when its rank is the
@@ -348,7 +353,14 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         .local(c.peer, c.rail)
         .and_then(|l| shared.slot_of(c.peer, l))
         .ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
-    Ok(shared.install(i, rail, id, CoreCaps { bandwidth, latency: Duration::ZERO }, c.hello.credits))
+    Ok(shared.install(i, rail, id, CoreCaps { bandwidth, latency: Duration::ZERO, host_local }, c.hello.credits))
+}
+
+/// Whether a connection never leaves this host: it goes to a loopback
+/// address, or from one of the host's addresses to itself (the kernel
+/// carries that over `lo` too; so do ranks sharing a testbed host).
+fn stays_in_host(local: std::net::IpAddr, peer: std::net::IpAddr) -> bool {
+    peer.is_loopback() || local == peer
 }
 
 #[cfg(test)]
@@ -389,5 +401,15 @@ mod tests {
         assert_eq!(want, Some(ConnId { generation: 3, initiator: 1 }));
         assert!(ConnId { generation: 1, initiator: 0 }.beats(&ConnId { generation: 1, initiator: 1 }));
         assert!(!ConnId { generation: 1, initiator: 1 }.beats(&ConnId { generation: 1, initiator: 1 }), "not itself");
+    }
+
+    #[test]
+    fn a_connection_stays_in_the_host_over_loopback_or_from_an_address_to_itself() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(stays_in_host(ip("127.0.0.1"), ip("127.0.0.2")));
+        assert!(stays_in_host(ip("::1"), ip("::1")));
+        assert!(stays_in_host(ip("10.9.0.1"), ip("10.9.0.1")), "ranks sharing a host's address");
+        assert!(!stays_in_host(ip("10.9.0.1"), ip("10.9.0.2")), "another host");
+        assert!(!stays_in_host(ip("fd00::1"), ip("fd00::2")));
     }
 }

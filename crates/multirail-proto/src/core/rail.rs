@@ -479,9 +479,10 @@ impl RailState {
     /// for an acknowledgement at once: a `1/div` of the short window went
     /// out since the last ask, and half of it is in flight (below that the
     /// window is no limit, and a ping-pong's replies acknowledge each
-    /// message without an ACK frame).
+    /// message without an ACK frame). Never on a rail inside the host
+    /// ([`super::RailCaps::host_local`]): it has no short window.
     pub fn request_ack(&mut self, len: u64, w: &super::WindowCfg, div: u32, now: Time) -> bool {
-        if div == 0 {
+        if div == 0 || self.caps.host_local {
             return false;
         }
         self.unrequested += len;
@@ -500,8 +501,12 @@ impl RailState {
     }
 
     /// The window small whole messages are placed against (see
-    /// `Config::spread_window_time`), at most `window`, the rail's.
+    /// `Config::spread_window_time`), at most `window`, the rail's; on a
+    /// rail inside the host, `window` itself.
     pub fn small_window(&self, w: &super::WindowCfg, window: u64, now: Time) -> u64 {
+        if self.caps.host_local {
+            return window;
+        }
         self.window(w.small_min, window, w.small_time + self.rtt.raw_min.unwrap_or_default(), now)
     }
 
