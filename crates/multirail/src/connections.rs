@@ -360,6 +360,8 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
 /// address, or from one of the host's addresses to itself (the kernel
 /// carries that over `lo` too; so do ranks sharing a testbed host).
 fn stays_in_host(local: std::net::IpAddr, peer: std::net::IpAddr) -> bool {
+    // A dual-stack socket shows IPv4 peers as ::ffff:a.b.c.d.
+    let (local, peer) = (local.to_canonical(), peer.to_canonical());
     peer.is_loopback() || local == peer
 }
 
@@ -408,6 +410,7 @@ mod tests {
         let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
         assert!(stays_in_host(ip("127.0.0.1"), ip("127.0.0.2")));
         assert!(stays_in_host(ip("::1"), ip("::1")));
+        assert!(stays_in_host(ip("::ffff:10.9.0.1"), ip("::ffff:127.0.0.1")), "IPv4 on a dual-stack socket");
         assert!(stays_in_host(ip("10.9.0.1"), ip("10.9.0.1")), "ranks sharing a host's address");
         assert!(!stays_in_host(ip("10.9.0.1"), ip("10.9.0.2")), "another host");
         assert!(!stays_in_host(ip("fd00::1"), ip("fd00::2")));
