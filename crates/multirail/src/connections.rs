@@ -313,10 +313,7 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         max_frame: cfg.proto.limits.max_frame.min(c.hello.max_frame),
     };
     let host_local = spec.is_shm()
-        || c.stream
-            .local_addr()
-            .and_then(|l| Ok((l, c.stream.peer_addr()?)))
-            .is_ok_and(|(l, p)| stays_in_host(l.ip(), p.ip()));
+        || matches!((c.stream.local_addr(), c.stream.peer_addr()), (Ok(l), Ok(p)) if stays_in_host(l.ip(), p.ip()));
     let fault = cfg.faults.get(c.rail).cloned().flatten();
     let rail: Box<dyn Rail> = if spec.is_shm() {
         // The peer opened the connection exactly when its rank is the
