@@ -34,11 +34,9 @@ fn have_cc() -> bool {
 fn compile(src: &Path) -> PathBuf {
     let lib = lib_dir().join("libmultirail_c.a");
     assert!(lib.exists(), "{} was not built (crate-type staticlib)", lib.display());
-    let out = std::env::temp_dir().join(format!(
-        "mr-c-{}-{}",
-        src.file_stem().unwrap().to_string_lossy(),
-        std::process::id()
-    ));
+    // Beside the test binary, not in /tmp: each program is ~40 MB (the
+    // static library) and is rebuilt by the next run, not left behind.
+    let out = lib_dir().join(format!("mr-c-{}", src.file_stem().unwrap().to_string_lossy()));
     let o = Command::new("cc")
         .args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O1", "-Wall", "-Wextra", "-Werror"])
         .arg("-I")

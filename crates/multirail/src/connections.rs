@@ -315,6 +315,8 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
     let host_local = spec.is_shm()
         || matches!((c.stream.local_addr(), c.stream.peer_addr()), (Ok(l), Ok(p)) if stays_in_host(l.ip(), p.ip()));
     let fault = cfg.faults.get(c.rail).cloned().flatten();
+    // What the rail holds by itself: its window's floor (the shm ring).
+    let mut buffer = 0;
     let rail: Box<dyn Rail> = if spec.is_shm() {
         // The peer opened the connection exactly when its rank is the
         // initiator; the opener creates the segment.
@@ -325,6 +327,7 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         }
         .map_err(|e| format!("shm rail {} to rank {}: {e}", c.rail, c.peer))?;
         let caps = RailCaps { name: format!("shm -> rank {}", c.peer), ..caps };
+        buffer = stream.capacity() as u64;
         let shm = StreamRail::over(stream, caps, cfg.proto.limits);
         match fault {
             Some(f) => Box::new(FaultRail::new(shm, f)),
@@ -350,7 +353,7 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         .local(c.peer, c.rail)
         .and_then(|l| shared.slot_of(c.peer, l))
         .ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
-    Ok(shared.install(i, rail, id, CoreCaps { bandwidth, latency: Duration::ZERO, host_local }, c.hello.credits))
+    Ok(shared.install(i, rail, id, CoreCaps { bandwidth, latency: Duration::ZERO, host_local, buffer }, c.hello.credits))
 }
 
 /// Whether a connection never leaves this host: it goes to a loopback

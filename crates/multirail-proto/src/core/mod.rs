@@ -219,6 +219,13 @@ pub struct RailCaps {
     /// small messages against its whole window and never asks for
     /// acknowledgements at once (see `Config::spread_window_time`).
     pub host_local: bool,
+    /// Bytes the rail itself holds between the two ranks at no cost (a
+    /// `shm` rail's ring): its window is never below this (within
+    /// `rail_window`). Such a rail rarely yields a throughput sample (its
+    /// bursts end well within a millisecond), so without this floor its
+    /// window stays at `rail_window_min` and every few hundred KiB wait
+    /// for an acknowledgement round trip. 0 = nothing known.
+    pub buffer: u64,
 }
 
 /// A frame for the driver to write: header, then payload.
@@ -591,6 +598,7 @@ impl Core {
 
     /// Per-rail counters for `peer`.
     pub fn rail_stats(&self, peer: PeerId, now: Time) -> Vec<RailStats> {
+        let w = self.cfg.window_cfg();
         self.peers.get(&peer).map_or_else(Vec::new, |p| {
             p.rails
                 .iter()
@@ -599,6 +607,7 @@ impl Core {
                     suspect: r.suspect_since.is_some(),
                     rate: r.est.rate(now) as u64,
                     srtt_us: r.rtt.srtt.map_or(0, |d| d.as_micros() as u64),
+                    window: r.rail_window(&w, now),
                     ..r.stats
                 })
                 .collect()

@@ -213,6 +213,8 @@ pub struct RailStats {
     /// Smoothed round-trip time beyond queueing (what the retransmission
     /// timeout is built from), microseconds.
     pub srtt_us: u64,
+    /// Most bytes this rail may have in flight now (its window).
+    pub window: u64,
 }
 
 /// Round-trip estimation, RFC 6298 style, of the *excess* round trip: the
@@ -475,6 +477,13 @@ impl RailState {
         by_rate.clamp(min.min(max), max)
     }
 
+    /// This rail's window under `w`: [`Self::window`] with its floor
+    /// raised to what the rail buffers by itself
+    /// ([`super::RailCaps::buffer`]).
+    pub fn rail_window(&self, w: &super::WindowCfg, now: Time) -> u64 {
+        self.window(w.min.max(self.caps.buffer), w.max, w.time, now)
+    }
+
     /// Counts `len` data bytes handed out; true if their frame should ask
     /// for an acknowledgement at once: a `1/div` of the short window went
     /// out since the last ask, and half of it is in flight (below that the
@@ -492,7 +501,7 @@ impl RailState {
         if self.unrequested < floor / div || self.inflight < floor / 2 {
             return false;
         }
-        let window = self.small_window(w, self.window(w.min, w.max, w.time, now), now);
+        let window = self.small_window(w, self.rail_window(w, now), now);
         if self.unrequested < window / div || self.inflight < window / 2 {
             return false;
         }
@@ -511,7 +520,7 @@ impl RailState {
     }
 
     pub fn view(&self, w: &super::WindowCfg, now: Time) -> RailView {
-        let window = self.window(w.min, w.max, w.time, now);
+        let window = self.rail_window(w, now);
         RailView {
             up: self.usable(),
             inflight: self.inflight,
