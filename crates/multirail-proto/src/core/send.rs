@@ -141,6 +141,7 @@ impl Core {
         if p.failed.is_some() || p.up_rails() == 0 {
             return;
         }
+        let chunk = p.chunk(chunk, self.cfg.limits.max_frame as u64);
         let mut views = std::mem::take(&mut p.views_buf);
         views.clear();
         views.extend(p.rails.iter().map(|r| r.view(&window, now)));
@@ -334,6 +335,8 @@ impl Core {
             return Ok(());
         }
         let views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
+        let chunk = p.chunk(chunk, self.cfg.limits.max_frame as u64);
+        let m = p.out.get_mut(&hdr.seq).expect("checked above");
         m.state = OutState::Sending;
         m.tier = self.cfg.policy.tier_of(m.len());
         let info = MessageInfo { len: m.len(), rank, peer };
