@@ -353,7 +353,8 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         .local(c.peer, c.rail)
         .and_then(|l| shared.slot_of(c.peer, l))
         .ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
-    Ok(shared.install(i, rail, id, CoreCaps { bandwidth, latency: Duration::ZERO, host_local, buffer }, c.hello.credits))
+    let core_caps = CoreCaps { bandwidth, latency: Duration::ZERO, host_local, buffer };
+    Ok(shared.install(i, rail, id, core_caps, c.hello.credits))
 }
 
 /// Whether a connection never leaves this host: it goes to a loopback

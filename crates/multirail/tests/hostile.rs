@@ -991,7 +991,10 @@ fn peer_whose_sockets_stop_reading() {
             // the rail routed around while slow, allowed, and printed.
             let errs = ep.rail_errors();
             let routed = |e: &(u32, usize, String)| e.2.starts_with("suspect") || e.2 == "answered again";
-            assert!(errs.iter().all(|e| (e.0 == 2 && e.2.starts_with("suspect")) || (e.0 == 1 && routed(e))), "{errs:?}");
+            assert!(
+                errs.iter().all(|e| (e.0 == 2 && e.2.starts_with("suspect")) || (e.0 == 1 && routed(e))),
+                "{errs:?}"
+            );
             let slow: Vec<_> = errs.iter().filter(|e| e.0 == 1).collect();
             if !slow.is_empty() {
                 eprintln!("rank 1's rails were routed around while slow: {slow:?}");
