@@ -14,23 +14,33 @@ const PEER: PeerId = 1;
 const CREDIT: u64 = 1 << 30;
 const MSG: usize = 64 << 10;
 
-/// Data bytes the core hands to rail 0 at once for `n` messages of `MSG`
-/// bytes on one rail with `caps`.
-fn placed(cfg: &Config, caps: RailCaps, n: u64) -> u64 {
+/// The lengths of the data frames a core hands out at once for messages
+/// of `lens` bytes to a peer whose rails have `caps`, rail by rail.
+fn frames_of(cfg: &Config, caps: &[RailCaps], lens: &[usize]) -> Vec<u32> {
     let mut c = Core::new(cfg.clone());
-    c.add_peer(PEER, 1);
-    c.rail_up(PEER, 0, caps, CREDIT, Time::ZERO);
-    let t = Time::ZERO + Duration::from_millis(1);
-    for i in 0..n {
-        c.isend(PEER, i, Bytes::from(pattern(i, MSG)), t);
+    c.add_peer(PEER, caps.len());
+    for (r, &k) in caps.iter().enumerate() {
+        c.rail_up(PEER, r, k, CREDIT, Time::ZERO);
     }
-    let mut bytes = 0;
-    while let Some(f) = c.poll_transmit(PEER, 0, t) {
-        if f.header.op.carries_data() {
-            bytes += u64::from(f.header.frag_len);
+    let t = Time::ZERO + Duration::from_millis(1);
+    for (i, &len) in lens.iter().enumerate() {
+        c.isend(PEER, i as u64, Bytes::from(pattern(i as u64, len)), t);
+    }
+    let mut out = Vec::new();
+    for r in 0..caps.len() {
+        while let Some(f) = c.poll_transmit(PEER, r, t) {
+            if f.header.op.carries_data() {
+                out.push(f.header.frag_len);
+            }
         }
     }
-    bytes
+    out
+}
+
+/// Data bytes placed at once on one rail with `caps` for `n` messages of
+/// `MSG` bytes.
+fn placed(cfg: &Config, caps: RailCaps, n: usize) -> u64 {
+    frames_of(cfg, &[caps], &vec![MSG; n]).iter().map(|&l| u64::from(l)).sum()
 }
 
 #[test]
@@ -48,27 +58,6 @@ fn a_rail_that_buffers_by_itself_keeps_that_much_in_flight() {
     assert_eq!(placed(&small_max, ring, n), 2 << 20, "capped by rail_window");
 }
 
-/// The frame lengths of one `len`-byte eager message to a peer whose
-/// rails have `caps`.
-fn frames_of(cfg: &Config, caps: &[RailCaps], len: usize) -> Vec<u32> {
-    let mut c = Core::new(cfg.clone());
-    c.add_peer(PEER, caps.len());
-    for (r, &k) in caps.iter().enumerate() {
-        c.rail_up(PEER, r, k, CREDIT, Time::ZERO);
-    }
-    let t = Time::ZERO + Duration::from_millis(1);
-    c.isend(PEER, 7, Bytes::from(pattern(7, len)), t);
-    let mut lens = Vec::new();
-    for r in 0..caps.len() {
-        while let Some(f) = c.poll_transmit(PEER, r, t) {
-            if f.header.op.carries_data() {
-                lens.push(f.header.frag_len);
-            }
-        }
-    }
-    lens
-}
-
 #[test]
 fn a_peer_reached_only_through_rings_gets_chunks_of_a_quarter_ring() {
     // Fewer, larger frames through a ring (measured: shm `bench bw` 1 MiB
@@ -78,12 +67,12 @@ fn a_peer_reached_only_through_rings_gets_chunks_of_a_quarter_ring() {
     let cfg = Config { eager_limit: 4 << 20, chunk: 256 << 10, ..Config::default() };
     let ring = RailCaps { buffer: 4 << 20, host_local: true, ..RailCaps::default() };
     let tcp = RailCaps { host_local: true, ..RailCaps::default() };
-    assert_eq!(frames_of(&cfg, &[ring], 2 << 20), [1 << 20; 2], "shm alone: 1 MiB chunks");
+    assert_eq!(frames_of(&cfg, &[ring], &[2 << 20]), [1 << 20; 2], "shm alone: 1 MiB chunks");
     // (Of 2 MiB, the 512 KiB window of a rail that does not buffer takes
     // the first two chunks.)
-    assert_eq!(frames_of(&cfg, &[tcp], 2 << 20), [256 << 10; 2], "tcp alone: the configured chunk");
-    let mixed = frames_of(&cfg, &[ring, tcp], 2 << 20);
+    assert_eq!(frames_of(&cfg, &[tcp], &[2 << 20]), [256 << 10; 2], "tcp alone: the configured chunk");
+    let mixed = frames_of(&cfg, &[ring, tcp], &[2 << 20]);
     assert!(mixed.iter().all(|&l| l <= 256 << 10), "shm beside tcp: the configured chunk: {mixed:?}");
     let big = Config { chunk: 2 << 20, ..cfg.clone() };
-    assert_eq!(frames_of(&big, &[ring], 2 << 20), [2 << 20], "a larger configured chunk stays");
+    assert_eq!(frames_of(&big, &[ring], &[2 << 20]), [2 << 20], "a larger configured chunk stays");
 }

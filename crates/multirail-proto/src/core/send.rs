@@ -309,8 +309,9 @@ impl Core {
 
     /// Handles a CTS: the receiver posted a buffer for message `seq`.
     pub(crate) fn rx_cts(&mut self, peer: PeerId, hdr: &FrameHeader, now: Time) -> Result<(), ProtocolError> {
-        let (rank, chunk, window) = (self.cfg.rank, self.cfg.chunk, self.cfg.window_cfg());
+        let (rank, window) = (self.cfg.rank, self.cfg.window_cfg());
         let p = self.peers.get_mut(&peer).expect("caller checked");
+        let chunk = p.chunk(self.cfg.chunk, self.cfg.limits.max_frame as u64);
         if hdr.seq >= p.next_seq {
             return Err(ProtocolError::UnknownMessage { op: hdr.op, seq: hdr.seq });
         }
@@ -335,8 +336,6 @@ impl Core {
             return Ok(());
         }
         let views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
-        let chunk = p.chunk(chunk, self.cfg.limits.max_frame as u64);
-        let m = p.out.get_mut(&hdr.seq).expect("checked above");
         m.state = OutState::Sending;
         m.tier = self.cfg.policy.tier_of(m.len());
         let info = MessageInfo { len: m.len(), rank, peer };
