@@ -38,6 +38,10 @@ pub struct RailView {
     pub up: bool,
     /// Bytes assigned to this rail and not yet acknowledged.
     pub inflight: u64,
+    /// Bytes of `inflight` still ahead of the rail's link: less what it
+    /// has carried since its last acknowledgement, at `rate` (acknowledged
+    /// bytes come back in batches). What finish times are predicted from.
+    pub undelivered: u64,
     /// Most bytes this rail may have in flight.
     pub window: u64,
     /// Most bytes in flight beyond which `spread` places no more small
@@ -76,7 +80,12 @@ impl RailView {
     }
     /// Predicted time until `extra` more bytes assigned now would be delivered.
     pub fn predicted_finish(&self, extra: u64) -> f64 {
-        self.latency.as_secs_f64() + (self.inflight + extra) as f64 / self.planning_rate()
+        self.latency.as_secs_f64() + (self.undelivered + extra) as f64 / self.planning_rate()
+    }
+    /// `len` more bytes were assigned to this rail.
+    pub fn assign(&mut self, len: u64) {
+        self.inflight += len;
+        self.undelivered += len;
     }
     fn stale(&self, now: Time) -> bool {
         let last = match (self.last_sample, self.last_used) {
@@ -439,7 +448,9 @@ impl Adaptive {
         let ups: Vec<&RailView> = rails.iter().filter(|r| r.up).collect();
         let (mut lo, mut hi) = (0.0f64, 1.0f64);
         let capacity = |t: f64| -> f64 {
-            ups.iter().map(|r| (r.planning_rate() * (t - r.latency.as_secs_f64()) - r.inflight as f64).max(0.0)).sum()
+            ups.iter()
+                .map(|r| (r.planning_rate() * (t - r.latency.as_secs_f64()) - r.undelivered as f64).max(0.0))
+                .sum()
         };
         while capacity(hi) < remaining as f64 && hi < 1.0e6 {
             hi *= 2.0;
@@ -489,7 +500,7 @@ impl Scheduler for Adaptive {
             // Tail: give this rail its share of the remainder, not more.
             let t = Self::fill_level(rails, remaining);
             let r = &rails[best];
-            let share = r.planning_rate() * (t - r.latency.as_secs_f64()) - r.inflight as f64;
+            let share = r.planning_rate() * (t - r.latency.as_secs_f64()) - r.undelivered as f64;
             // Whole cache lines, so an even split of an even size is exact.
             let share = (((share.max(0.0) / 64.0).round() as u64) * 64).max(MIN_TAIL_CHUNK);
             len = len.min(share);
@@ -649,6 +660,7 @@ mod tests {
         RailView {
             up: true,
             inflight: 0,
+            undelivered: 0,
             window: u64::MAX,
             small_window: u64::MAX,
             rate,
@@ -667,7 +679,7 @@ mod tests {
         let mut plan = s.start(&msg, rails, chunk, Time::ZERO);
         let mut out = Vec::new();
         while let Some(c) = s.next(&mut plan, rails, Time::ZERO) {
-            rails[c.rail].inflight += c.len;
+            rails[c.rail].assign(c.len);
             out.push(c);
             assert!(out.len() < 100_000, "plan does not terminate");
         }
@@ -750,6 +762,30 @@ mod tests {
     }
 
     #[test]
+    fn adaptive_plans_a_tail_from_undelivered_bytes_not_unacknowledged_ones() {
+        // Two equal rails, each 768 KiB from done; rail 0's last 256 KiB
+        // have gone out but their acknowledgement is not back yet.
+        let mut rails = vec![rail(2.5e8), rail(2.5e8)];
+        rails[0].inflight = 1 << 20;
+        rails[0].undelivered = 768 << 10;
+        rails[1].assign(768 << 10);
+        let chunks = drain(PolicyKind::Adaptive, 512 << 10, 256 << 10, &mut rails);
+        let r0: u64 = chunks.iter().filter(|c| c.rail == 0).map(|c| c.len).sum();
+        // From `inflight`, rail 0 would get 128 KiB and finish 0.5 ms
+        // before rail 1.
+        assert_eq!(r0, 256 << 10, "an even split: {chunks:?}");
+        assert_eq!(chunks.len(), 2, "one piece each: {chunks:?}");
+        assert_eq!(rails[0].undelivered, rails[1].undelivered);
+        // The rail predicted to finish first is the one with fewer bytes
+        // ahead, not fewer unacknowledged.
+        let mut rails = vec![rail(2.5e8), rail(2.5e8)];
+        rails[0].inflight = 1 << 20;
+        rails[0].undelivered = 256 << 10;
+        rails[1].assign(512 << 10);
+        assert_eq!(least_loaded(&rails), Some(0));
+    }
+
+    #[test]
     fn unmeasured_rails_are_assumed_as_fast_as_the_fastest_measured() {
         let mut rails = vec![rail(2e8), rail(0.0), rail(3e8), rail(0.0)];
         rails[3].up = false;
@@ -772,7 +808,7 @@ mod tests {
     #[test]
     fn adaptive_waits_for_the_best_rail() {
         let mut rails = vec![rail(1e8), rail(1e9)];
-        rails[1].inflight = 1 << 20;
+        rails[1].assign(1 << 20);
         rails[1].window = 1 << 20; // full
         let mut s = BuiltinSchedulers.build(PolicyKind::Adaptive);
         let msg = MessageInfo { len: 64 << 10, rank: 0, peer: 1 };
@@ -815,7 +851,7 @@ mod tests {
         for p in plans.iter_mut() {
             let c = s.next(p, &rails, Time::ZERO).unwrap();
             assert_eq!((c.offset, c.len), (0, 4096), "whole messages");
-            rails[c.rail].inflight += c.len;
+            rails[c.rail].assign(c.len);
             on[c.rail] += c.len;
         }
         assert!(on[0] > 100_000 && on[1] > 100_000, "both rails used: {on:?}");

@@ -210,7 +210,7 @@ impl Core {
             f.rail = rail;
             f.state = FragState::Queued;
             f.retransmit = true;
-            views[rail].inflight += f.len as u64;
+            views[rail].assign(u64::from(f.len));
             let r = &mut p.rails[rail];
             r.inflight += f.len as u64;
             r.stats.retransmits += 1;
@@ -241,7 +241,7 @@ impl Core {
                 );
                 m.unwritten += 1;
                 m.unacked += 1;
-                views[c.rail].inflight += c.len;
+                views[c.rail].assign(c.len);
                 views[c.rail].last_used = Some(now);
                 let r = &mut p.rails[c.rail];
                 r.inflight += c.len;
