@@ -13,6 +13,11 @@
 # waiting loop) is not counted in any path: under callgrind it runs 50x
 # slower, and its share means nothing.
 #
+# The two ranks run on one host, so they would talk over the automatic
+# `shm` rail; unless SPEC names `shm`, MULTIRAIL_SHM=off makes them use the
+# rails SPEC names (before 2026-11-27 the script left it on, and its
+# "tcp:127.0.0.1" figures were shm's).
+#
 # Usage: bench/msg-instructions.sh [--iterations N] [--rails SPEC] [--progress P] BINARY...
 #   e.g. bench/msg-instructions.sh /tmp/multirail-old target/release/multirail
 set -euo pipefail
@@ -26,7 +31,7 @@ while [[ $# -gt 0 ]]; do
         --iterations) iters=$2; shift 2 ;;
         --rails) rails=$2; shift 2 ;;
         --progress) progress=$2; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
         *) bins+=("$1"); shift ;;
     esac
@@ -34,6 +39,13 @@ done
 [[ ${#bins[@]} -gt 0 ]] || { echo "give at least one multirail binary (see --help)" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
 command -v callgrind_annotate >/dev/null || { echo "callgrind_annotate is missing (valgrind package)" >&2; exit 2; }
+
+# Two ranks on one host talk over shared memory unless told otherwise,
+# whatever --rails names: measure the rails asked for.
+case ,$rails, in
+    *,shm,*) export MULTIRAIL_SHM=${MULTIRAIL_SHM:-auto} ;;
+    *) export MULTIRAIL_SHM=off ;;
+esac
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
