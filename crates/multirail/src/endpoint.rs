@@ -478,6 +478,14 @@ impl Endpoint {
         self.shared.sleep_timeouts.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many times a spinning waiter gave its CPU away
+    /// (`sched_yield`) because its wait had lasted longer than a message
+    /// takes. A diagnostic.
+    #[doc(hidden)]
+    pub fn spin_yields(&self) -> u64 {
+        self.shared.spin_yields.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether this `isend`'s message may stay queued (write coalescing):
     /// it follows another `isend` within `COALESCE_GAP` with no wait since,
     /// fewer than `coalesce` are queued, and the engine will run its loop

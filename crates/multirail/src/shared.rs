@@ -143,6 +143,9 @@ pub struct Shared {
     /// Times the polled loop slept until its timeout with nothing ready
     /// (diagnostics: see `Endpoint::sleeps_timed_out`).
     pub sleep_timeouts: AtomicU64,
+    /// Times a spinning waiter gave its CPU away (diagnostics: see
+    /// `Endpoint::spin_yields`).
+    pub spin_yields: AtomicU64,
     /// `isend`s since the last wait, and when the last one was made
     /// (nanoseconds since `origin`): write coalescing (`Config::coalesce`).
     pub burst: AtomicU64,
@@ -206,6 +209,7 @@ impl Shared {
             conn_epoch: AtomicU64::new(0),
             io_wakeups: AtomicU64::new(0),
             sleep_timeouts: AtomicU64::new(0),
+            spin_yields: AtomicU64::new(0),
             burst: AtomicU64::new(0),
             last_isend: AtomicU64::new(0),
             deferred_any: AtomicBool::new(false),

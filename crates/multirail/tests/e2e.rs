@@ -591,6 +591,54 @@ fn a_spinning_waiter_over_shm_is_never_rung() {
     }
 }
 
+/// A spinning waiter whose message is late gives its CPU away between
+/// rounds (`sched_yield`), so a peer that shares its CPU gets to run and
+/// send it: two unpinned ranks the kernel had put on one CPU took a whole
+/// spin (200 us) per message before, about 25 us with it (docs/benchmarks.md).
+/// Rank 0 spins in a receive that rank 1 answers 5 ms after it asked;
+/// should rank 0 be preempted for all of that between its request and its
+/// receive (the message then there at once), the exchange is tried again,
+/// up to 5 times. Both engines.
+#[test]
+fn a_spinning_waiter_yields_its_cpu_once_its_wait_is_long() {
+    for progress in [Progress::Polled, Progress::Threaded] {
+        let yields = job(
+            2,
+            |_| builder("tcp:127.0.0.1", progress, "*:single").spin(Duration::from_secs(5)),
+            |ep| {
+                ping_pong_8b(&ep, 20); // connections up
+                let peer = 1 - ep.rank();
+                let mut most = 0;
+                for attempt in 0..5u64 {
+                    let before = ep.spin_yields();
+                    let mut b = [0u8; 8];
+                    if ep.rank() == 0 {
+                        ep.send(peer, 1 << 40, &attempt.to_le_bytes()).unwrap();
+                        ep.recv(Some(peer), Some(1 << 41), &mut b).unwrap();
+                    } else {
+                        ep.recv(Some(peer), Some(1 << 40), &mut b).unwrap();
+                        std::thread::sleep(Duration::from_millis(5));
+                        ep.send(peer, 1 << 41, &b).unwrap();
+                    }
+                    most = most.max(ep.spin_yields() - before);
+                    // Both ranks agree on going on.
+                    let mut theirs = [0u8; 8];
+                    ep.send(peer, 1 << 42, &most.to_le_bytes()).unwrap();
+                    ep.recv(Some(peer), Some(1 << 42), &mut theirs).unwrap();
+                    let rank0 = if ep.rank() == 0 { most } else { u64::from_le_bytes(theirs) };
+                    if rank0 > 0 {
+                        break;
+                    }
+                }
+                ep.barrier().unwrap();
+                most
+            },
+        );
+        println!("{progress:?}: yields in rank 0's 5 ms wait: {}", yields[0]);
+        assert!(yields[0] > 0, "{progress:?}: rank 0 spun 5 ms in a receive and never gave its CPU away");
+    }
+}
+
 /// A polled waiter that sleeps (the spin off, as on a host with more
 /// ranks than CPUs) is woken by its peer's message, not found by the next
 /// timer. Over shared memory the loop reads the rings right before it

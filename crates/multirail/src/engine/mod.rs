@@ -27,6 +27,25 @@ pub(crate) const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
 /// When the application's last wait ended, readable from any thread: the
 /// hand-off between a waiting thread and the engine's own threads is
 /// timed from it.
+/// A spinning waiter gives its CPU away (`sched_yield`) between rounds
+/// once it has waited this long: a message between two ranks takes a few
+/// microseconds, so a longer wait may mean the peer it waits for shares
+/// its CPU and cannot run while it spins. Two unpinned ranks on one CPU
+/// otherwise took a whole spin (200 µs) per message (`bench latency
+/// --sizes 8` fell into that in 3 to 5 of 12 short runs).
+pub(crate) const YIELD_AFTER: Duration = Duration::from_micros(20);
+
+/// Between two rounds of a spinning wait that began at `start`: lets
+/// another thread of this CPU run once the wait is long.
+pub(crate) fn spin_pause(shared: &Shared, start: Instant, now: Instant) {
+    if now.saturating_duration_since(start) >= YIELD_AFTER {
+        shared.spin_yields.fetch_add(1, Ordering::Relaxed);
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
 pub(crate) struct LastWait {
     origin: Instant,
     /// Nanoseconds since `origin` when the last wait ended.

@@ -148,7 +148,8 @@ impl Polled {
     pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
         let lp = &self.lp;
         lp.waiters.fetch_add(1, Ordering::AcqRel);
-        let spin_until = Instant::now() + self.spin;
+        let start = Instant::now();
+        let spin_until = start + self.spin;
         let r = loop {
             if done(&shared.lock()) {
                 break true;
@@ -164,8 +165,14 @@ impl Polled {
                     } else {
                         deadline.map_or(Duration::from_millis(10), |d| (d - now).min(Duration::from_millis(10)))
                     };
-                    let _running = super::Running::enter::<MioWaker>(&lp.waker);
-                    progress(shared, &mut st, cap);
+                    {
+                        let _running = super::Running::enter::<MioWaker>(&lp.waker);
+                        progress(shared, &mut st, cap);
+                    }
+                    if cap.is_zero() {
+                        drop(st);
+                        super::spin_pause(shared, start, now);
+                    }
                 }
                 Err(_) => {
                     // Another thread runs the loop: get it out of epoll

@@ -148,7 +148,8 @@ impl Threaded {
     /// `deadline`: runs the loop itself for the spin time, then sleeps
     /// until the IO threads complete something.
     pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
-        let spin_until = Instant::now() + self.spin;
+        let start = Instant::now();
+        let spin_until = start + self.spin;
         self.gate.spinning.fetch_add(1, Ordering::SeqCst);
         let spun = loop {
             if done(&shared.lock()) {
@@ -161,21 +162,20 @@ impl Threaded {
             if now >= spin_until {
                 break None;
             }
-            let Ok(mut app) = self.app.try_lock() else {
-                std::hint::spin_loop();
-                continue;
-            };
-            let app = &mut *app;
-            let epoch = shared.conn_epoch.load(Ordering::Acquire);
-            if epoch != app.epoch {
-                // New connections: look at every slot (registers them).
-                app.epoch = epoch;
-                for i in 0..shared.slots.len() {
-                    polled::service(shared, &mut app.st, i);
+            if let Ok(mut app) = self.app.try_lock() {
+                let app = &mut *app;
+                let epoch = shared.conn_epoch.load(Ordering::Acquire);
+                if epoch != app.epoch {
+                    // New connections: look at every slot (registers them).
+                    app.epoch = epoch;
+                    for i in 0..shared.slots.len() {
+                        polled::service(shared, &mut app.st, i);
+                    }
                 }
+                let _running = super::Running::enter_all();
+                polled::progress(shared, &mut app.st, Duration::ZERO);
             }
-            let _running = super::Running::enter_all();
-            polled::progress(shared, &mut app.st, Duration::ZERO);
+            super::spin_pause(shared, start, now);
         };
         if let Some(r) = spun {
             self.gate.wait_ended();
