@@ -214,6 +214,9 @@ fn a_shm_rail_keeps_its_ring_in_flight() {
             let peer = 1 - ep.rank();
             wait_rails_up(&ep, peer);
             let w: Vec<u64> = ep.rail_stats(peer).iter().map(|s| s.window).collect();
+            // Not closed before the peer saw its rails up too (a rail
+            // whose last handshake answer meets a closed peer never is).
+            ep.barrier().unwrap();
             ep.close().unwrap();
             w
         },
