@@ -24,9 +24,6 @@ pub(crate) const TIMER_RECHECK: Duration = Duration::from_millis(1);
 /// protocol timer is the 1 ms acknowledgement delay).
 pub(crate) const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
 
-/// When the application's last wait ended, readable from any thread: the
-/// hand-off between a waiting thread and the engine's own threads is
-/// timed from it.
 /// A spinning waiter gives its CPU away (`sched_yield`) between rounds
 /// once it has waited this long: a message between two ranks takes a few
 /// microseconds, so a longer wait may mean the peer it waits for shares
@@ -46,6 +43,9 @@ pub(crate) fn spin_pause(shared: &Shared, start: Instant, now: Instant) {
     }
 }
 
+/// When the application's last wait ended, readable from any thread: the
+/// hand-off between a waiting thread and the engine's own threads is
+/// timed from it.
 pub(crate) struct LastWait {
     origin: Instant,
     /// Nanoseconds since `origin` when the last wait ended.
