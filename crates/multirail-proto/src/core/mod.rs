@@ -193,6 +193,9 @@ pub(crate) struct WindowCfg {
     pub time: Duration,
     pub small_min: u64,
     pub small_time: Duration,
+    /// The peer acknowledges at once when this many bytes are
+    /// unacknowledged on a rail (`Config::ack_bytes`; 0 = no such bound).
+    pub ack_bytes: u64,
 }
 
 impl Config {
@@ -203,6 +206,7 @@ impl Config {
             time: self.rail_window_time,
             small_min: self.spread_window_min,
             small_time: self.spread_window_time,
+            ack_bytes: self.ack_bytes,
         }
     }
 }

@@ -579,7 +579,7 @@ impl RailState {
         RailView {
             up: self.usable(),
             inflight: self.inflight,
-            undelivered: self.inflight - self.drained_since_ack(rate, now),
+            undelivered: self.inflight - self.drained_since_ack(rate, w.ack_bytes, now),
             window,
             small_window: self.small_window(w, window, now),
             rate,
@@ -596,14 +596,17 @@ impl RailState {
     /// 256 KiB (`Config::ack_bytes`), a millisecond on a 2 Gbit rail: the
     /// rail acknowledged last looks that much emptier than another, and a
     /// message's tail planned from `inflight` alone ended its rails up to
-    /// 1 ms apart.
-    fn drained_since_ack(&self, rate: f64, now: Time) -> u64 {
+    /// 1 ms apart. At most `ack_bytes` (when not 0): the peer would have
+    /// acknowledged more, so a rail whose acknowledgements stop (a silent
+    /// link) does not look emptier than one acknowledgement's worth.
+    fn drained_since_ack(&self, rate: f64, ack_bytes: u64, now: Time) -> u64 {
         if self.written_unacked == 0 || rate <= 0.0 {
             return 0;
         }
         // Since the last acknowledgement, or since the rail became busy.
         let since = now.since(self.est.delivered_time).as_secs_f64();
-        ((rate * since) as u64).min(self.written_unacked).min(self.inflight)
+        let cap = if ack_bytes == 0 { u64::MAX } else { ack_bytes };
+        ((rate * since) as u64).min(cap).min(self.written_unacked).min(self.inflight)
     }
 
     /// Throughput to convert queued bytes into time with: measured, else
@@ -742,11 +745,17 @@ mod tests {
         let rate = r.est.planning_rate(Time::ZERO + ms(2));
         assert_eq!(rate, 2.5e8);
         r.inflight = 1 << 20;
-        assert_eq!(r.drained_since_ack(rate, Time::ZERO + ms(3)), 0, "nothing written");
+        let ack = 256 << 10;
+        assert_eq!(r.drained_since_ack(rate, ack, Time::ZERO + ms(3)), 0, "nothing written");
         r.written_unacked = 768 << 10;
-        assert_eq!(r.drained_since_ack(rate, Time::ZERO + ms(3)), 250_000, "1 ms since the acknowledgement");
-        assert_eq!(r.drained_since_ack(rate, Time::ZERO + ms(20)), 768 << 10, "at most what was written");
-        assert_eq!(r.drained_since_ack(0.0, Time::ZERO + ms(3)), 0, "no guess without a rate");
+        assert_eq!(r.drained_since_ack(rate, ack, Time::ZERO + ms(3)), 250_000, "1 ms since the acknowledgement");
+        assert_eq!(
+            r.drained_since_ack(rate, ack, Time::ZERO + ms(20)),
+            ack,
+            "no more than the peer lets go unacknowledged (its acknowledgements stopped)"
+        );
+        assert_eq!(r.drained_since_ack(rate, 0, Time::ZERO + ms(20)), 768 << 10, "at most what was written");
+        assert_eq!(r.drained_since_ack(0.0, ack, Time::ZERO + ms(3)), 0, "no guess without a rate");
     }
 
     #[test]

@@ -587,6 +587,7 @@ mod tests {
             time: Duration::from_millis(2),
             small_min: 64 << 10,
             small_time: Duration::from_micros(500),
+            ack_bytes: 256 << 10,
         };
         let view = rails[0].view(&w, t0 + wire + Duration::from_micros(100));
         assert_eq!(view.inflight, 0);
