@@ -153,8 +153,7 @@ impl RateEstimator {
     /// Recomputes the cached maximum and mean of the samples still in the
     /// window.
     fn refresh(&mut self, now: Time) {
-        let recent = self.samples.iter().filter(|(t, _)| now.since(*t) <= RATE_WINDOW);
-        let best = recent.clone().max_by(|a, b| a.1.total_cmp(&b.1));
+        let best = self.samples.iter().filter(|(t, _)| now.since(*t) <= RATE_WINDOW).max_by(|a, b| a.1.total_cmp(&b.1));
         match best {
             Some(&(t, r)) => {
                 self.best = r;
@@ -165,22 +164,20 @@ impl RateEstimator {
                 self.best_until = Time(u64::MAX);
             }
         }
+        (self.mean, self.mean_until) = self.window_mean(now).unwrap_or((0.0, Time(u64::MAX)));
+    }
+
+    /// The mean of the samples of the last [`RATE_WINDOW`] and when the
+    /// oldest of them leaves it; `None` when there is none.
+    fn window_mean(&self, now: Time) -> Option<(f64, Time)> {
         let (mut sum, mut n, mut oldest) = (0.0, 0u32, None);
-        for &(t, r) in recent {
+        // Newest first: stop at the first sample out of the window.
+        for &(t, r) in self.samples.iter().rev().take_while(|(t, _)| now.since(*t) <= RATE_WINDOW) {
             sum += r;
             n += 1;
-            oldest.get_or_insert(t);
+            oldest = Some(t);
         }
-        match oldest {
-            Some(t) => {
-                self.mean = sum / f64::from(n);
-                self.mean_until = t + RATE_WINDOW;
-            }
-            None => {
-                self.mean = 0.0;
-                self.mean_until = Time(u64::MAX);
-            }
-        }
+        oldest.map(|t| (sum / f64::from(n), t + RATE_WINDOW))
     }
 
     /// Current estimate in bytes/s: [`Self::recent_rate`], or when
@@ -207,13 +204,7 @@ impl RateEstimator {
         if now <= self.mean_until && self.mean > 0.0 {
             return self.mean;
         }
-        let (sum, n) = self
-            .samples
-            .iter()
-            .rev()
-            .take_while(|(t, _)| now.since(*t) <= RATE_WINDOW)
-            .fold((0.0, 0u32), |(sum, n), (_, r)| (sum + r, n + 1));
-        if n == 0 { 0.0 } else { sum / f64::from(n) }
+        self.window_mean(now).map_or(0.0, |(mean, _)| mean)
     }
 
     /// What the scheduler plans with: [`Self::mean_rate`], else the
