@@ -82,7 +82,19 @@ fn single_node_root(source: &str, size: u32) -> Option<String> {
     }
     let job = env("OMPI_MCA_ess_base_jobid").or_else(|| env("OMPI_MCA_orte_ess_jobid")).unwrap_or_default();
     let h = crate::config::parse_job(&format!("ompi-{job}")).unwrap_or(0);
-    Some(format!("127.0.0.1:{}", 20000 + h % 20000))
+    Some(format!("127.0.0.1:{}", derived_port(h, ephemeral_low().unwrap_or(32_768))))
+}
+
+/// The single-node meeting port for job hash `h`: below the kernel's
+/// ephemeral range (which starts at `low`), where no outgoing connection
+/// can hold it when rank 0 binds it ("Address already in use" was seen
+/// in a parallel test run when it was drawn from 20000-39999, half of
+/// which is in the default range 32768-60999).
+fn derived_port(h: u64, low: u16) -> u16 {
+    const FLOOR: u16 = 10_000;
+    // A range that leaves no room below it: the old fixed span.
+    let span = if low > FLOOR + 1_000 { low - FLOOR } else { 20_000 };
+    FLOOR + (h % u64::from(span)) as u16
 }
 
 /// Resolves `host:port[,host:port...]` (rank 0 listens on each; the
@@ -158,5 +170,16 @@ mod port_tests {
         }
         // Drawn at random: eight draws from thousands of ports differ.
         assert!(ports.iter().any(|&p| p != ports[0]), "{ports:?}");
+    }
+
+    #[test]
+    fn the_single_node_port_is_below_the_ephemeral_range() {
+        for h in (0..200_000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) {
+            assert!((10_000..32_768).contains(&derived_port(h, 32_768)));
+            assert!((10_000..15_000).contains(&derived_port(h, 15_000)));
+            assert!((10_000..30_000).contains(&derived_port(h, 1_024)), "no room below: the old span");
+        }
+        // The job decides the port: two jobs rarely share one.
+        assert_ne!(derived_port(1, 32_768), derived_port(2, 32_768));
     }
 }
