@@ -310,6 +310,14 @@ pub struct GroupCore {
     alive_seen: Vec<bool>,
     /// When the channel last heard from each member.
     alive_at: Vec<Duration>,
+    /// Until when the suspicions in each member's rows are not taken in:
+    /// it was silent for half the failure timeout or more before its row
+    /// came (see [`GroupCore::on_row`]).
+    rows_quarantined_until: Vec<Duration>,
+    /// The time of the last tick, and whether its suspicion check was
+    /// skipped because this member itself ran late (see `on_tick`).
+    last_tick: Duration,
+    skipped_late_tick: bool,
     next_hb: Option<Duration>,
     stopped: bool,
     effects: Vec<Effect>,
@@ -381,6 +389,9 @@ impl GroupCore {
             last_seen: vec![Duration::ZERO; n],
             alive_seen: vec![false; n],
             alive_at: vec![Duration::ZERO; n],
+            rows_quarantined_until: vec![Duration::ZERO; n],
+            last_tick: Duration::ZERO,
+            skipped_late_tick: false,
             next_hb: None,
             stopped: false,
             effects: Vec::new(),
@@ -707,6 +718,28 @@ impl GroupCore {
         } else {
             self.hb_seen[from as usize] = true;
         }
+        // A row that ends a silence of half the failure timeout or more
+        // (no row, no frame of any kind) was written while its member was
+        // cut off from us, so it probably was cut off from the others too:
+        // what it suspects is what it could not hear, not what failed. Its
+        // suspicions (of us too) are not taken in for a failure timeout. A
+        // member cut off by a partition suspects the others one by one,
+        // each when its own timeout runs out; if its links heal just as it
+        // stops (partition safety), its rows can reach a survivor before
+        // the survivor's own timeout has run out for it, and a row
+        // suspecting one survivor made the other suspect it and stop too
+        // (testbed, `bench group --fail-member 1@882ms:silence` with the
+        // CPUs busy, 2026-11-27). A suspicion that stands is taken in from
+        // the member's next rows, one failure timeout later. The silence
+        // may have ended a tick or more before the row comes (the data
+        // queued ahead of it in the channel came first): `on_tick` marks
+        // it then.
+        let fu = from as usize;
+        self.end_silence(fu, self.last_tick);
+        if self.last_tick < self.rows_quarantined_until[fu] {
+            self.rows[fu] = Some(r);
+            return;
+        }
         for s in &r.suspected {
             if *s == self.me {
                 if self.members.contains(&from) {
@@ -750,16 +783,29 @@ impl GroupCore {
             self.dirty = true;
             self.next_hb = Some(now + self.hb_interval);
         }
+        // A tick a quarter failure timeout after the last one: this member
+        // ran late itself (descheduled, paused), and what the others sent
+        // meanwhile may be unread still. Everybody looks silent; judge on
+        // the next tick, after a turn has read the channel (one tick in a
+        // row at most, so a member that always runs late still judges).
+        let late = now.saturating_sub(self.last_tick) >= self.timeout / 4 && !self.skipped_late_tick;
+        self.skipped_late_tick = late;
+        self.last_tick = now;
         for j in 0..self.n {
             let ju = j as usize;
-            if std::mem::take(&mut self.alive_seen[ju]) {
+            let alive = std::mem::take(&mut self.alive_seen[ju]);
+            let hb = std::mem::take(&mut self.hb_seen[ju]);
+            if alive || hb {
+                self.end_silence(ju, now);
+            }
+            if alive {
                 self.alive_at[ju] = now;
             }
-            if std::mem::take(&mut self.hb_seen[ju]) {
+            if hb {
                 self.last_seen[ju] = now;
                 continue;
             }
-            if j == self.me || !self.members.contains(&j) {
+            if j == self.me || !self.members.contains(&j) || late {
                 continue;
             }
             let rows_late = now.saturating_sub(self.last_seen[ju]);
@@ -767,6 +813,16 @@ impl GroupCore {
             if rows_late >= self.timeout && (silent || rows_late >= self.timeout * ROWS_LATE_FACTOR) {
                 self.suspect(j);
             }
+        }
+    }
+
+    /// Member `j` is heard at `now` (a frame, or a row): if that ends a
+    /// silence of half the failure timeout or more, the suspicions in its
+    /// rows are not taken in for a failure timeout (see `on_row`).
+    fn end_silence(&mut self, j: usize, now: Duration) {
+        let heard = self.alive_at[j].max(self.last_seen[j]);
+        if self.next_hb.is_some() && now.saturating_sub(heard) >= self.timeout / 2 {
+            self.rows_quarantined_until[j] = self.rows_quarantined_until[j].max(now + self.timeout);
         }
     }
 

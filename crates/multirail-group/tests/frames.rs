@@ -304,3 +304,108 @@ fn a_member_silent_on_the_channel_too_is_suspected_after_the_timeout() {
     g.on_tick(Duration::from_millis(1600));
     assert!(wedged(&mut g));
 }
+
+/// Member 2 of three, 1 s failure timeout, every member heard at `t` ms.
+fn member_2_of_3_heard_until(t: u64) -> GroupCore {
+    let mut cfg = GroupConfig::new(3, 2);
+    cfg.failure_timeout = Duration::from_secs(1);
+    let mut g = GroupCore::new(cfg).unwrap();
+    let mut now = 0;
+    while now <= t {
+        g.on_alive(0);
+        g.on_alive(1);
+        g.on_tick(Duration::from_millis(now));
+        now += 10;
+    }
+    g.drain_effects();
+    g
+}
+
+fn row_of(version: u64, suspected: Vec<u32>) -> Frame {
+    Frame::Row(Row {
+        version,
+        heartbeat: version,
+        num_received: vec![0; 3],
+        delivered_from: vec![0; 3],
+        suspected,
+        ..Row::default()
+    })
+}
+
+/// A member cut off for half the failure timeout or more comes back with
+/// rows that suspect the members it could not hear: those suspicions (of
+/// us too) are not taken in for a failure timeout. One that stands is
+/// taken in from its later rows.
+#[test]
+fn a_row_that_ends_a_silence_does_not_spread_its_suspicions() {
+    let mut g = member_2_of_3_heard_until(1000);
+    // 1 is silent from 1000 ms; 0 is heard on.
+    let mut t = 1000;
+    while t < 1600 {
+        t += 10;
+        g.on_alive(0);
+        g.on_tick(Duration::from_millis(t));
+    }
+    // The channel hears 1 again (the data queued ahead of its rows), a
+    // tick before its rows come.
+    t += 10;
+    g.on_alive(0);
+    g.on_alive(1);
+    g.on_tick(Duration::from_millis(t));
+    g.on_message(1, row_of(50, vec![0]));
+    g.on_message(1, row_of(51, vec![0, 2]));
+    g.on_alive(0);
+    g.on_alive(1);
+    g.on_tick(Duration::from_millis(t + 10));
+    assert!(!g.is_stopped(), "stopped on a stale row that suspects it");
+    assert!(!wedged(&mut g) && g.suspected().next().is_none(), "took in a stale suspicion");
+    // It keeps suspecting 0 a failure timeout later, heard all along.
+    while t < 2700 {
+        t += 10;
+        g.on_alive(0);
+        g.on_alive(1);
+        g.on_tick(Duration::from_millis(t));
+    }
+    g.on_message(1, row_of(60, vec![0]));
+    assert!(wedged(&mut g), "a suspicion that stands is taken in");
+    assert_eq!(g.suspected().collect::<Vec<_>>(), vec![0]);
+}
+
+/// Without a silence before it, a row's suspicion is taken in at once.
+#[test]
+fn a_row_from_a_member_heard_all_along_spreads_its_suspicions_at_once() {
+    let mut g = member_2_of_3_heard_until(1000);
+    g.on_message(1, row_of(50, vec![0]));
+    assert!(wedged(&mut g));
+    assert_eq!(g.suspected().collect::<Vec<_>>(), vec![0]);
+}
+
+/// The same when the row ends the silence itself (nothing of 1 came
+/// before it).
+#[test]
+fn a_row_that_ends_a_silence_itself_is_held_back_too() {
+    let mut g = member_2_of_3_heard_until(1000);
+    let mut t = 1000;
+    while t < 1600 {
+        t += 10;
+        g.on_alive(0);
+        g.on_tick(Duration::from_millis(t));
+    }
+    g.on_message(1, row_of(50, vec![0, 2]));
+    assert!(!g.is_stopped() && !wedged(&mut g) && g.suspected().next().is_none());
+}
+
+/// A tick long after the last one (this member was descheduled or
+/// paused): everybody looks silent, but nobody is suspected before a turn
+/// has read what came meanwhile; on the next tick a member still silent is.
+#[test]
+fn a_member_that_ran_late_itself_judges_only_after_reading_the_channel() {
+    let mut g = member_2_of_3_heard_until(1000);
+    g.on_tick(Duration::from_millis(2500));
+    assert!(!wedged(&mut g), "suspected the others after its own pause");
+    // The turn after the pause read frames from 0 only.
+    g.on_alive(0);
+    g.on_tick(Duration::from_millis(2505));
+    assert!(wedged(&mut g), "1 was not heard after the pause either");
+    assert_eq!(g.suspected().collect::<Vec<_>>(), vec![1]);
+}
