@@ -305,18 +305,27 @@ fn a_member_silent_on_the_channel_too_is_suspected_after_the_timeout() {
     assert!(wedged(&mut g));
 }
 
+/// Ticks every 10 ms after `from` up to `to` ms, the channel hearing
+/// `heard` before each; returns `to`.
+fn tick_hearing(g: &mut GroupCore, from: u64, to: u64, heard: &[u32]) -> u64 {
+    let mut t = from;
+    while t < to {
+        t += 10;
+        for &j in heard {
+            g.on_alive(j);
+        }
+        g.on_tick(Duration::from_millis(t));
+    }
+    t
+}
+
 /// Member 2 of three, 1 s failure timeout, every member heard at `t` ms.
 fn member_2_of_3_heard_until(t: u64) -> GroupCore {
     let mut cfg = GroupConfig::new(3, 2);
     cfg.failure_timeout = Duration::from_secs(1);
     let mut g = GroupCore::new(cfg).unwrap();
-    let mut now = 0;
-    while now <= t {
-        g.on_alive(0);
-        g.on_alive(1);
-        g.on_tick(Duration::from_millis(now));
-        now += 10;
-    }
+    g.on_tick(Duration::ZERO);
+    tick_hearing(&mut g, 0, t, &[0, 1]);
     g.drain_effects();
     g
 }
@@ -340,18 +349,10 @@ fn row_of(version: u64, suspected: Vec<u32>) -> Frame {
 fn a_row_that_ends_a_silence_does_not_spread_its_suspicions() {
     let mut g = member_2_of_3_heard_until(1000);
     // 1 is silent from 1000 ms; 0 is heard on.
-    let mut t = 1000;
-    while t < 1600 {
-        t += 10;
-        g.on_alive(0);
-        g.on_tick(Duration::from_millis(t));
-    }
+    let t = tick_hearing(&mut g, 1000, 1600, &[0]);
     // The channel hears 1 again (the data queued ahead of its rows), a
     // tick before its rows come.
-    t += 10;
-    g.on_alive(0);
-    g.on_alive(1);
-    g.on_tick(Duration::from_millis(t));
+    let t = tick_hearing(&mut g, t, t + 10, &[0, 1]);
     g.on_message(1, row_of(50, vec![0]));
     g.on_message(1, row_of(51, vec![0, 2]));
     g.on_alive(0);
@@ -360,12 +361,7 @@ fn a_row_that_ends_a_silence_does_not_spread_its_suspicions() {
     assert!(!g.is_stopped(), "stopped on a stale row that suspects it");
     assert!(!wedged(&mut g) && g.suspected().next().is_none(), "took in a stale suspicion");
     // It keeps suspecting 0 a failure timeout later, heard all along.
-    while t < 2700 {
-        t += 10;
-        g.on_alive(0);
-        g.on_alive(1);
-        g.on_tick(Duration::from_millis(t));
-    }
+    tick_hearing(&mut g, t + 10, 2700, &[0, 1]);
     g.on_message(1, row_of(60, vec![0]));
     assert!(wedged(&mut g), "a suspicion that stands is taken in");
     assert_eq!(g.suspected().collect::<Vec<_>>(), vec![0]);
@@ -385,12 +381,7 @@ fn a_row_from_a_member_heard_all_along_spreads_its_suspicions_at_once() {
 #[test]
 fn a_row_that_ends_a_silence_itself_is_held_back_too() {
     let mut g = member_2_of_3_heard_until(1000);
-    let mut t = 1000;
-    while t < 1600 {
-        t += 10;
-        g.on_alive(0);
-        g.on_tick(Duration::from_millis(t));
-    }
+    tick_hearing(&mut g, 1000, 1600, &[0]);
     g.on_message(1, row_of(50, vec![0, 2]));
     assert!(!g.is_stopped() && !wedged(&mut g) && g.suspected().next().is_none());
 }
