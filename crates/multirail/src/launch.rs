@@ -82,7 +82,7 @@ fn single_node_root(source: &str, size: u32) -> Option<String> {
     }
     let job = env("OMPI_MCA_ess_base_jobid").or_else(|| env("OMPI_MCA_orte_ess_jobid")).unwrap_or_default();
     let h = crate::config::parse_job(&format!("ompi-{job}")).unwrap_or(0);
-    Some(format!("127.0.0.1:{}", derived_port(h, ephemeral_low().unwrap_or(32_768))))
+    Some(format!("127.0.0.1:{}", derived_port(h, ephemeral_low())))
 }
 
 /// The single-node meeting port for job hash `h`: below the kernel's
@@ -91,10 +91,19 @@ fn single_node_root(source: &str, size: u32) -> Option<String> {
 /// in a parallel test run when it was drawn from 20000-39999, half of
 /// which is in the default range 32768-60999).
 fn derived_port(h: u64, low: u16) -> u16 {
-    const FLOOR: u16 = 10_000;
     // A range that leaves no room below it: the old fixed span.
-    let span = if low > FLOOR + 1_000 { low - FLOOR } else { 20_000 };
-    FLOOR + (h % u64::from(span)) as u16
+    let span = room_below(low).unwrap_or(20_000);
+    ROOT_PORT_FLOOR + (h % u64::from(span)) as u16
+}
+
+/// Meeting ports ([`free_root_port`], the single-node default) are drawn
+/// from here up to the kernel's ephemeral range.
+const ROOT_PORT_FLOOR: u16 = 10_000;
+
+/// How many ports lie from [`ROOT_PORT_FLOOR`] up to an ephemeral range
+/// that starts at `low`; `None` when that leaves no room (under 1000).
+fn room_below(low: u16) -> Option<u16> {
+    (low > ROOT_PORT_FLOOR + 1_000).then(|| low - ROOT_PORT_FLOOR)
 }
 
 /// Resolves `host:port[,host:port...]` (rank 0 listens on each; the
@@ -129,15 +138,13 @@ pub fn resolve(list: &str) -> Result<Vec<SocketAddr>, Error> {
 /// nothing free, the kernel picks (port 0).
 pub fn free_root_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
     use std::hash::{BuildHasher, Hasher};
-    const FLOOR: u16 = 10_000;
-    let low = ephemeral_low().unwrap_or(32_768);
-    if low > FLOOR + 1_000 {
-        let span = u64::from(low - FLOOR);
+    if let Some(span) = room_below(ephemeral_low()) {
+        let span = u64::from(span);
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u32(std::process::id());
         let mut x = h.finish();
         for _ in 0..32 {
-            let port = FLOOR + (x % span) as u16;
+            let port = ROOT_PORT_FLOOR + (x % span) as u16;
             if std::net::TcpListener::bind((ip, port)).is_ok() {
                 return Ok(port);
             }
@@ -147,10 +154,14 @@ pub fn free_root_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
 }
 
-/// The first port of the kernel's ephemeral range, if readable.
-fn ephemeral_low() -> Option<u16> {
-    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
-    s.split_whitespace().next()?.parse().ok()
+/// The first port of the kernel's ephemeral range (Linux's default,
+/// 32768, if unreadable).
+fn ephemeral_low() -> u16 {
+    let read = || -> Option<u16> {
+        let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+        s.split_whitespace().next()?.parse().ok()
+    };
+    read().unwrap_or(32_768)
 }
 
 #[cfg(test)]
@@ -160,7 +171,7 @@ mod port_tests {
     #[test]
     fn a_root_port_is_free_and_outside_the_ephemeral_range() {
         let ip = std::net::IpAddr::from([127, 0, 0, 1]);
-        let low = ephemeral_low().unwrap_or(32_768);
+        let low = ephemeral_low();
         let ports: Vec<u16> = (0..8).map(|_| free_root_port(ip).unwrap()).collect();
         for &p in &ports {
             std::net::TcpListener::bind((ip, p)).unwrap_or_else(|e| panic!("port {p} not free: {e}"));
