@@ -911,6 +911,33 @@ fn quiet(n: u32) -> Params {
     }
 }
 
+/// A quiet group of 3 or 4 members (drawn from `rng`, as is the window)
+/// in which member `r` goes silent at `t`, in the first 50 ms, and may
+/// stop; spikes and relaying vary with `seed`. Returns (params, r, t).
+fn silenced_group(rng: &mut Rng, seed: u64) -> (Params, Rank, u64) {
+    let n = rng.range(3, 5) as u32;
+    let r = rng.below(n as u64) as Rank;
+    let mut p = quiet(n);
+    p.window = rng.range(1, 6) as u32;
+    p.spikes = seed % 3 == 0;
+    p.relay_min = [0, 150, usize::MAX][seed as usize % 3];
+    let t = rng.range(1_000, 50_000);
+    p.silence = Some((t, r));
+    p.may_stop = vec![r];
+    (p, r, t)
+}
+
+/// The silenced member `r` stopped without installing a view, and every
+/// other member installed the view without it.
+fn assert_the_rest_went_on_without(sim: &Sim, r: Rank) {
+    assert!(!sim.nodes[r as usize].alive, "the silenced member did not stop");
+    assert!(sim.nodes[r as usize].views.is_empty(), "the silenced member installed a view");
+    let live: Vec<Rank> = (0..sim.p.n).filter(|j| *j != r).collect();
+    for j in &live {
+        assert_eq!(sim.nodes[*j as usize].core.members(), &live[..]);
+    }
+}
+
 /// All rails of a member go silent while it keeps running: the others
 /// exclude it and go on; it finds itself in a minority and stops instead of
 /// installing a view of its own; what it delivered is a prefix of theirs.
@@ -919,23 +946,15 @@ fn silenced_member_stops_and_the_rest_go_on() {
     let mut st = Stats::default();
     for seed in 0..100u64 {
         let mut rng = Rng::new(seed + 4242);
-        let n = rng.range(3, 5) as u32;
-        let r = rng.below(n as u64) as Rank;
-        let mut p = quiet(n);
+        let (mut p, r, t) = silenced_group(&mut rng, seed);
         p.mode = if seed % 4 == 3 { Mode::Unordered } else { Mode::Ordered };
-        p.window = rng.range(1, 6) as u32;
         p.reorder_data = seed % 2 == 0;
-        p.spikes = seed % 3 == 0;
         p.notify = seed % 5 < 3;
-        p.relay_min = [0, 150, usize::MAX][seed as usize % 3];
         p.chunk = [usize::MAX, 40, 100][seed as usize / 3 % 3];
-        let t = rng.range(1_000, 50_000);
-        p.silence = Some((t, r));
         // Half the time its links come back after it stopped, and what it
         // sent while silent (its suspicions of everybody) arrives.
         let heal = (seed % 2 == 0).then(|| t + rng.range(1_000_000, 3_000_000));
         p.heal = heal;
-        p.may_stop = vec![r];
         let mut sim = simulate(p, seed);
         if let Some(h) = heal {
             // Past the heal: the survivors take in the stopped member's
@@ -943,12 +962,7 @@ fn silenced_member_stops_and_the_rest_go_on() {
             // change their view.
             sim.advance(Some(h + 1_000_000));
         }
-        assert!(!sim.nodes[r as usize].alive, "the silenced member did not stop");
-        assert!(sim.nodes[r as usize].views.is_empty(), "the silenced member installed a view");
-        let live: Vec<Rank> = (0..n).filter(|j| *j != r).collect();
-        for j in &live {
-            assert_eq!(sim.nodes[*j as usize].core.members(), &live[..]);
-        }
+        assert_the_rest_went_on_without(&sim, r);
         st.add(&sim.stats);
     }
     eprintln!("{st:?}");
@@ -966,26 +980,15 @@ fn a_member_that_heals_as_it_stops_does_not_take_the_others_down() {
     let mut st = Stats::default();
     for seed in 0..200u64 {
         let mut rng = Rng::new(seed + 977);
-        let n = rng.range(3, 5) as u32;
-        let r = rng.below(n as u64) as Rank;
-        let mut p = quiet(n);
-        p.window = rng.range(1, 6) as u32;
-        p.spikes = seed % 3 == 0;
-        p.relay_min = [0, 150, usize::MAX][seed as usize % 3];
-        p.silence = Some((rng.range(1_000, 50_000), r));
+        let (mut p, r, _) = silenced_group(&mut rng, seed);
         p.heal_on_stop = Some((0, 3_000));
         p.silence_skew = 30_000;
-        p.may_stop = vec![r];
         let mut sim = simulate(p, seed);
         // The survivors can finish before the silenced member's last
         // timeout ran out: let it run out, and its late frames arrive.
         let now = sim.now;
         sim.advance(Some(now + 1_000_000));
-        assert!(!sim.nodes[r as usize].alive, "the silenced member did not stop");
-        let live: Vec<Rank> = (0..n).filter(|j| *j != r).collect();
-        for j in &live {
-            assert_eq!(sim.nodes[*j as usize].core.members(), &live[..]);
-        }
+        assert_the_rest_went_on_without(&sim, r);
         st.add(&sim.stats);
     }
     eprintln!("{st:?}");
