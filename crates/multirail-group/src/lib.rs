@@ -311,8 +311,8 @@ pub struct GroupCore {
     /// When the channel last heard from each member.
     alive_at: Vec<Duration>,
     /// Until when the suspicions in each member's rows are not taken in:
-    /// it was silent for half the failure timeout or more before its row
-    /// came (see [`GroupCore::on_row`]).
+    /// a failure timeout from when it was heard again after a silence of
+    /// half the failure timeout or more (`end_silence`; see `on_row`).
     rows_quarantined_until: Vec<Duration>,
     /// The time of the last tick, and whether its suspicion check was
     /// skipped because this member itself ran late (see `on_tick`).
