@@ -27,6 +27,8 @@ const RECV_BUDGET: usize = 8 << 20;
 const ACTIVITY_EVERY: Duration = Duration::from_millis(1);
 /// Slices per `writev`.
 const MAX_IOV: usize = 64;
+/// The short gather list of a flush of at most half as many frames.
+const FEW_IOV: usize = 8;
 
 /// Socket options applied to every rail connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,23 +398,18 @@ impl<S: ByteStream> Rail for StreamRail<S> {
         let mut res = Flushed::default();
         while !self.out.is_empty() {
             // On the stack: a flush per small message must not allocate.
-            let mut iov = [IoSlice::new(&[]); MAX_IOV];
-            let mut used = 0;
-            let mut skip = self.out_pos;
-            for f in self.out.iter() {
-                if used + 2 > MAX_IOV {
-                    break;
-                }
-                for part in [&f.header[..], &f.payload[..]] {
-                    if skip >= part.len() {
-                        skip -= part.len();
-                    } else {
-                        iov[used] = IoSlice::new(&part[skip..]);
-                        used += 1;
-                        skip = 0;
-                    }
-                }
-            }
+            // A few frames (a lone message and its acknowledgement) take
+            // a short array: filling all `MAX_IOV` entries first cost more
+            // than the rest of the flush.
+            let (mut few, mut many);
+            let iov: &mut [IoSlice<'_>] = if self.out.len() * 2 <= FEW_IOV {
+                few = [IoSlice::new(&[]); FEW_IOV];
+                &mut few
+            } else {
+                many = [IoSlice::new(&[]); MAX_IOV];
+                &mut many
+            };
+            let used = gather(&self.out, self.out_pos, iov);
             let n = match self.stream.write_vectored(&iov[..used]) {
                 Ok(0) => return Err(RailError::Closed),
                 Ok(n) => n,
@@ -542,6 +539,28 @@ impl<S: ByteStream> Rail for StreamRail<S> {
     fn wakeups_sent(&self) -> u64 {
         self.stream.wakeups_sent()
     }
+}
+
+/// Fills `iov` with the queued frames' bytes from `skip` on (headers and
+/// payloads, whole frames only while two entries are left); returns how
+/// many entries it used.
+fn gather<'a>(out: &'a VecDeque<OutFrame>, mut skip: usize, iov: &mut [IoSlice<'a>]) -> usize {
+    let mut used = 0;
+    for f in out.iter() {
+        if used + 2 > iov.len() {
+            break;
+        }
+        for part in [&f.header[..], &f.payload[..]] {
+            if skip >= part.len() {
+                skip -= part.len();
+            } else {
+                iov[used] = IoSlice::new(&part[skip..]);
+                used += 1;
+                skip = 0;
+            }
+        }
+    }
+    used
 }
 
 #[cfg(test)]

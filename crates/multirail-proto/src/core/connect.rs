@@ -132,7 +132,7 @@ impl Core {
             return None;
         }
         let cfg = &self.cfg;
-        for (&peer, p) in self.peers.iter_mut() {
+        for (peer, p) in self.peers.iter_mut() {
             if p.failed.is_some() || p.closed_by_peer {
                 continue;
             }

@@ -32,6 +32,7 @@
 
 pub mod connect;
 mod frags;
+pub(crate) mod peermap;
 pub mod liveness;
 mod rail;
 mod ranges;
@@ -62,6 +63,7 @@ pub use recvbuf::{Lease, RecvBuffer};
 use rail::RailState;
 use recv::InMsg;
 use send::OutMsg;
+use peermap::{ActiveSet, PeerMap};
 
 /// A peer is named by its rank.
 pub type PeerId = u32;
@@ -539,7 +541,7 @@ pub(crate) fn push_wake(w: &mut Vec<(PeerId, RailId)>, peer: PeerId, rail: RailI
 pub struct Core {
     cfg: Config,
     factory: Arc<dyn SchedulerFactory>,
-    peers: BTreeMap<PeerId, Peer>,
+    peers: PeerMap,
     posted: VecDeque<Posted>,
     /// Matchable, unmatched messages in arrival order: (peer, seq).
     unexpected: VecDeque<(PeerId, u64)>,
@@ -555,7 +557,7 @@ pub struct Core {
     /// Peers that may have a timer: touched since `handle_timeout` last
     /// found them quiet. Timers cost in proportion to these, not to every
     /// peer of a large job.
-    active: BTreeSet<PeerId>,
+    active: ActiveSet,
     /// Messages taken by the small-message fast path (`rx_eager_whole`).
     fast_rx: u64,
 }
@@ -569,7 +571,7 @@ impl Core {
         Core {
             cfg,
             factory,
-            peers: BTreeMap::new(),
+            peers: PeerMap::default(),
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
             events: VecDeque::new(),
@@ -578,7 +580,7 @@ impl Core {
             closing: false,
             connect_dirty: true,
             connect_next: None,
-            active: BTreeSet::new(),
+            active: ActiveSet::default(),
             fast_rx: 0,
         }
     }
@@ -590,7 +592,7 @@ impl Core {
     }
 
     pub fn peers(&self) -> impl Iterator<Item = PeerId> + '_ {
-        self.peers.keys().copied()
+        self.peers.keys()
     }
 
     pub fn rail_count(&self, peer: PeerId) -> usize {
@@ -662,7 +664,7 @@ impl Core {
     /// fragments. For tests (the simulator runs it as it goes).
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
-        for (&id, p) in &self.peers {
+        for (id, p) in self.peers.iter() {
             let n = p.rails.len();
             let mut owing: Vec<BTreeSet<(Time, Owed)>> = vec![BTreeSet::new(); n];
             let mut inflight = vec![0u64; n];
@@ -935,8 +937,8 @@ impl Core {
     /// afterwards are not reported as failures.
     pub fn close(&mut self, now: Time) {
         self.closing = true;
-        self.active.extend(self.peers.keys().copied());
-        let ids: Vec<PeerId> = self.peers.keys().copied().collect();
+        self.active.extend(self.peers.keys());
+        let ids: Vec<PeerId> = self.peers.keys().collect();
         for id in ids {
             // Acknowledge everything first: the peer may be waiting for it
             // before it closes too.
