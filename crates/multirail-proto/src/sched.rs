@@ -134,6 +134,10 @@ impl Plan {
     fn sequential(len: u64, chunk: u64, rail: Option<usize>) -> Plan {
         Plan { len, chunk: chunk.max(1), next: 0, rail, parts: Vec::new(), empty_done: false, spread: None }
     }
+    /// A plan whose one chunk, the whole message, went on `rail`.
+    pub(crate) fn whole(len: u64, rail: usize) -> Plan {
+        Plan { len, chunk: len.max(1), next: len, rail: Some(rail), parts: Vec::new(), empty_done: true, spread: None }
+    }
     /// Bytes not yet assigned to any rail.
     pub fn remaining(&self) -> u64 {
         if self.parts.is_empty() { self.len - self.next } else { self.parts.iter().map(|p| p.end - p.next).sum() }

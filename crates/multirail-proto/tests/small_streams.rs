@@ -61,8 +61,9 @@ fn ack_of(frames: &[&Transmit]) -> (FrameHeader, Vec<u8>) {
 #[test]
 fn the_sender_asks_for_an_acknowledgement_once_per_quarter_of_the_short_window() {
     // No rate measured yet: the short window is its minimum, 64 KiB, so
-    // every 16 KiB of data one frame asks (div 4).
-    let cfg = Config { spread_window_min: 64 << 10, ack_request_div: 4, ..Config::default() };
+    // every 16 KiB of data one frame asks (div 4). One rail: the general
+    // path is asked for (the direct path would take these messages).
+    let cfg = Config { spread_window_min: 64 << 10, ack_request_div: 4, direct_eager: false, ..Config::default() };
     let mut c = core(cfg.clone(), 1);
     let t = Time::ZERO + Duration::from_millis(1);
     for i in 0..16 {

@@ -161,7 +161,7 @@ impl Peer {
 
     /// Work is pending with this peer: a timeout of silence means trouble.
     pub(crate) fn has_work(&self) -> bool {
-        !self.out.is_empty()
+        !self.nothing_out()
             || !self.waiting.is_empty()
             || self.rails.iter().any(|r| !r.owing.is_empty())
             || (self.posted_from > 0 && self.up_rails() > 0)
@@ -194,7 +194,7 @@ impl Core {
             return None;
         }
         // An idle peer (the common case in a large job) has no deadline.
-        let quiet = p.out.is_empty()
+        let quiet = p.nothing_out()
             && p.waiting.is_empty()
             && p.posted_from == 0
             && p.credit_blocked_since.is_none()

@@ -104,6 +104,11 @@ pub struct Config {
     pub policy: PolicyTable,
     /// Put a CRC32C of the payload in every data frame and check it.
     pub checksum: bool,
+    /// A small eager message to a peer reached over one rail, with nothing
+    /// of the general path in flight, goes straight onto that rail's
+    /// queue, kept only in a per-peer list until the peer acknowledges it
+    /// (no scheduling, no per-fragment state): see [`Core::isend`].
+    pub direct_eager: bool,
     /// Longest an acknowledgement is held back to be batched.
     pub ack_delay: Duration,
     /// Longest returned credits wait for a frame to ride on before an ACK
@@ -167,6 +172,7 @@ impl Default for Config {
             limits: Limits::default(),
             policy: PolicyTable::default(),
             checksum: false,
+            direct_eager: true,
             ack_delay: Duration::from_millis(1),
             credit_delay: Duration::from_millis(10),
             ack_bytes: 256 << 10,
@@ -421,6 +427,10 @@ pub(crate) struct Peer {
     pub waiting: VecDeque<u64>,
     /// Started messages not yet fully acknowledged.
     pub out: SeqMap<OutMsg>,
+    /// Messages sent by the direct path ([`Config::direct_eager`]) and not
+    /// yet acknowledged, in sequence order (their bytes count in their
+    /// rail's `inflight`, as the general path's do).
+    pub direct: VecDeque<send::Direct>,
     /// Messages whose plan still has unassigned bytes.
     pub sending: SeqSet,
     /// Scratch for `schedule` (kept to avoid an allocation per call).
@@ -526,7 +536,12 @@ impl Peer {
     /// Nothing in progress either way (work starting now restarts the
     /// silence clock).
     fn idle(&self) -> bool {
-        self.out.is_empty() && self.waiting.is_empty() && self.posted_from == 0 && self.inc.is_empty()
+        self.nothing_out() && self.waiting.is_empty() && self.posted_from == 0 && self.inc.is_empty()
+    }
+
+    /// No sent message waits for its acknowledgement (either path).
+    pub(crate) fn nothing_out(&self) -> bool {
+        self.out.is_empty() && self.direct.is_empty()
     }
 }
 
@@ -560,6 +575,8 @@ pub struct Core {
     active: ActiveSet,
     /// Messages taken by the small-message fast path (`rx_eager_whole`).
     fast_rx: u64,
+    /// Messages sent by the direct path (`Core::isend`).
+    direct_tx: u64,
 }
 
 impl Core {
@@ -582,6 +599,7 @@ impl Core {
             connect_next: None,
             active: ActiveSet::default(),
             fast_rx: 0,
+            direct_tx: 0,
         }
     }
 
@@ -645,7 +663,13 @@ impl Core {
 
     /// Bytes held for retransmission (sent, not yet acknowledged).
     pub fn unacked_messages(&self) -> usize {
-        self.peers.values().map(|p| p.out.len()).sum()
+        self.peers.values().map(|p| p.out.len() + p.direct.len()).sum()
+    }
+
+    /// Messages sent by the direct path ([`Config::direct_eager`]). For
+    /// tests and stats.
+    pub fn direct_sent(&self) -> u64 {
+        self.direct_tx
     }
 
     /// Bytes of unexpected data buffered for `peer`.
@@ -689,6 +713,9 @@ impl Core {
                         _ => {}
                     }
                 }
+            }
+            for d in &p.direct {
+                inflight[d.rail] += d.data.len() as u64;
             }
             if p.inc.contains_key(&p.next_match) {
                 // The small-message fast path relies on this.
@@ -743,6 +770,7 @@ impl Core {
                 next_seq: 0,
                 waiting: VecDeque::new(),
                 out: SeqMap::new(),
+                direct: VecDeque::new(),
                 sending: SeqSet::default(),
                 views_buf: Vec::new(),
                 retx: VecDeque::new(),
@@ -882,6 +910,12 @@ impl Core {
         let seq = p.next_seq;
         p.next_seq += 1;
         let len = data.len() as u64;
+        if self.cfg.direct_eager
+            && let Some(rail) = p.direct_rail(len, &self.cfg)
+        {
+            self.send_direct(peer, rail, req, seq, tag, data);
+            return req;
+        }
         p.out.insert(seq, OutMsg::new(req, seq, tag, data));
         p.waiting.push_back(seq);
         self.want_for_message(peer, len);
@@ -956,7 +990,7 @@ impl Core {
     /// True once every send is written and acknowledged, so closing now
     /// loses nothing.
     pub fn is_quiescent(&self) -> bool {
-        self.peers.values().all(|p| p.out.is_empty() || p.failed.is_some() || p.closed_by_peer)
+        self.peers.values().all(|p| p.nothing_out() || p.failed.is_some() || p.closed_by_peer)
     }
 
     // ----- outputs -----
@@ -990,6 +1024,12 @@ impl Core {
         if let Some(c) = r.pop_ctrl() {
             r.handed.push_back(Self::handed_for(&c.header));
             t = Some(c);
+        } else if let Some(d) = r.direct.pop_front() {
+            // A direct send (`Core::send_direct`): counted as data.
+            r.handed.push_back(rail::Handed::Ctrl);
+            r.stats.tx_bytes += d.payload.len() as u64;
+            r.stats.tx_frames += 1;
+            t = Some(d);
         } else {
             while let Some(f) = r.data.pop_front() {
                 let Some(msg) = p.out.get(&f.seq) else { continue };
@@ -1099,6 +1139,8 @@ impl Core {
                 self.events.push_back(Event::SendDone { req: m.req, result: Err(send_err.clone()) });
             }
         }
+        // Direct sends completed when queued.
+        p.direct.clear();
         p.waiting.clear();
         p.sending.clear();
         p.retx.clear();

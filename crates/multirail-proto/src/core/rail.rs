@@ -381,6 +381,9 @@ pub(crate) struct RailState {
     /// Bytes (headers and payloads) in `ctrl`.
     pub ctrl_bytes: usize,
     pub data: VecDeque<FragRef>,
+    /// Frames of the direct path (`Core::send_direct`), after the control
+    /// frames and before the data fragments.
+    pub direct: VecDeque<Transmit>,
     pub handed: VecDeque<Handed>,
     /// Data fragments written on this rail and not yet known delivered, in
     /// write order. The peer acknowledges in arrival order, which on an
@@ -430,6 +433,7 @@ impl RailState {
             ctrl: VecDeque::new(),
             ctrl_bytes: 0,
             data: VecDeque::new(),
+            direct: VecDeque::new(),
             handed: VecDeque::new(),
             written_log: VecDeque::new(),
             inflight: 0,
@@ -487,7 +491,7 @@ impl RailState {
     }
 
     pub fn has_output(&self) -> bool {
-        self.up && (!self.ctrl.is_empty() || !self.data.is_empty())
+        self.up && (!self.ctrl.is_empty() || !self.direct.is_empty() || !self.data.is_empty())
     }
 
     /// Forgets everything about the connection that carried this rail
@@ -496,6 +500,7 @@ impl RailState {
     pub fn reset_connection(&mut self) {
         self.clear_ctrl();
         self.data.clear();
+        self.direct.clear();
         self.handed.clear();
         self.written_log.clear();
         self.inflight = 0;

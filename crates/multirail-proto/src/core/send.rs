@@ -47,6 +47,16 @@ pub(crate) struct Frag {
     pub stamp: SendStamp,
 }
 
+/// A message sent by the direct path: all that is kept of it until the
+/// peer acknowledges it (to send it again if its rail fails first).
+#[derive(Debug)]
+pub(crate) struct Direct {
+    pub seq: u64,
+    pub tag: u64,
+    pub data: Bytes,
+    pub rail: RailId,
+}
+
 #[derive(Debug)]
 pub(crate) struct OutMsg {
     pub req: ReqId,
@@ -130,7 +140,69 @@ impl OutMsg {
     }
 }
 
+impl Peer {
+    /// The rail a message of `len` bytes may go on by the direct path, if
+    /// it may: the peer has one rail, usable, granted credits that cover
+    /// the message, and nothing of the general path is in flight or
+    /// waiting (so the direct send is the next thing on the wire); the
+    /// message is eager and one frame; the rail's bytes in flight stay
+    /// within the short window's floor (`Config::spread_window_min`; on a
+    /// rail that buffers by itself, its buffer, at most `rail_window`), as
+    /// the general path's stream of small messages would, or the rail is
+    /// empty. With several rails the general path schedules (and watches
+    /// each rail's acknowledgements); a message waiting behind others
+    /// keeps its turn there.
+    pub(crate) fn direct_rail(&self, len: u64, cfg: &super::Config) -> Option<RailId> {
+        let [r] = self.rails.as_slice() else { return None };
+        let max_frame = u64::from(cfg.limits.max_frame);
+        let fits = len <= cfg.eager_limit && len <= self.chunk(cfg.chunk, max_frame) && len <= max_frame;
+        let room = if r.caps.host_local {
+            r.caps.buffer.max(cfg.spread_window_min).min(cfg.rail_window)
+        } else {
+            cfg.spread_window_min
+        };
+        let clear = self.out.is_empty() && self.waiting.is_empty() && self.retx.is_empty() && self.rts_again.is_empty();
+        (fits
+            && clear
+            && (r.inflight == 0 || r.inflight + len <= room)
+            && r.usable()
+            && self.credit_grant.is_some()
+            && self.credits() >= len + MESSAGE_OVERHEAD)
+            .then_some(0)
+    }
+}
+
 impl Core {
+    /// The direct path of [`Core::isend`] (the caller checked
+    /// [`Peer::direct_rail`]): the eager frame goes into `rail`'s control
+    /// queue, in order with the frames already there, and the send is
+    /// complete: its bytes are the rail's now. The message is kept in
+    /// `Peer::direct` until the peer's delivered prefix covers it; if its
+    /// rail fails first, [`Core::requeue_rail`] turns it into a general
+    /// message to send again.
+    pub(crate) fn send_direct(&mut self, peer: PeerId, rail: RailId, req: ReqId, seq: u64, tag: u64, data: Bytes) {
+        let checksum = self.cfg.checksum;
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        let len = data.len() as u64;
+        p.credit_spent += len + MESSAGE_OVERHEAD;
+        let mut h = FrameHeader::new(Op::Eager);
+        h.seq = seq;
+        h.tag = tag;
+        h.total_len = len;
+        h.frag_len = len as u32;
+        if checksum {
+            h.flags = h.flags.with(Flags::CHECKSUM);
+            h.checksum = payload_checksum(&data);
+        }
+        let r = &mut p.rails[rail];
+        r.direct.push_back(Transmit { header: h, payload: data.clone() });
+        r.inflight += len;
+        p.direct.push_back(Direct { seq, tag, data, rail });
+        push_wake(&mut self.wakeups, peer, rail);
+        self.direct_tx += 1;
+        self.events.push_back(Event::SendDone { req, result: Ok(()) });
+    }
+
     /// Starts waiting messages, re-sends orphaned fragments and RTSs and
     /// assigns new chunks to rails with room, for one peer.
     pub(crate) fn schedule(&mut self, peer: PeerId, now: Time) {
@@ -415,6 +487,10 @@ impl Core {
         }
         let from = p.acked_prefix;
         p.acked_prefix = prefix;
+        while let Some(d) = p.direct.pop_front_if(|d| d.seq < prefix) {
+            let r = &mut p.rails[d.rail];
+            r.inflight = r.inflight.saturating_sub(d.data.len() as u64);
+        }
         let mut touched = [false; 8];
         let mut touched_more = false;
         while let Some(seq) = p.out.first_in(from, prefix) {
@@ -464,6 +540,33 @@ impl Core {
     /// become orphans for the other rails, and RTSs sent on it go again.
     pub(crate) fn requeue_rail(&mut self, peer: PeerId, rail: RailId, now: Time) {
         let Some(p) = self.peers.get_mut(&peer) else { return };
+        // Direct sends on this rail become general messages, written (their
+        // frame may be in the peer's hands) and complete; the loop below
+        // orphans them like any written fragment.
+        let (moved, kept): (Vec<Direct>, Vec<Direct>) = std::mem::take(&mut p.direct).into_iter().partition(|d| d.rail == rail);
+        p.direct = kept.into();
+        p.rails[rail].direct.clear();
+        for d in moved {
+            let len = d.data.len() as u64;
+            let mut m = OutMsg::new(ReqId(0), d.seq, d.tag, d.data);
+            m.eager = true;
+            m.state = OutState::Sending;
+            m.completed = true;
+            m.unacked = 1;
+            m.plan = Some(Plan::whole(len, rail));
+            m.frags.insert(
+                0,
+                Frag {
+                    len: len as u32,
+                    rail,
+                    state: FragState::Written,
+                    ever_written: true,
+                    retransmit: false,
+                    stamp: SendStamp::default(),
+                },
+            );
+            p.out.insert(d.seq, m);
+        }
         for (seq, m) in p.out.iter_mut() {
             for (&off, f) in m.frags.iter_mut() {
                 if f.rail == rail && matches!(f.state, FragState::Queued | FragState::Written) {
