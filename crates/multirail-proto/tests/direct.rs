@@ -20,8 +20,11 @@ fn one_rail(direct: bool) -> Sim {
 fn send_all(sim: &mut Sim, sizes: &[usize]) {
     let recvs: Vec<_> =
         sizes.iter().enumerate().map(|(i, &len)| sim.irecv(1, Some(0), Some(i as u64), len.max(1))).collect();
-    let sends: Vec<_> =
-        sizes.iter().enumerate().map(|(i, &len)| sim.isend(0, 1, i as u64, Bytes::from(pattern(i as u64, len)))).collect();
+    let sends: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| sim.isend(0, 1, i as u64, Bytes::from(pattern(i as u64, len))))
+        .collect();
     let done = |s: &Sim| recvs.iter().all(|&r| s.is_done(1, r)) && sends.iter().all(|&q| s.is_done(0, q));
     assert!(sim.run_until(Duration::from_secs(10), done), "not everything arrived");
     for (i, r) in recvs.into_iter().enumerate() {

@@ -337,6 +337,9 @@ impl Config {
         if let Some(v) = env("MULTIRAIL_CHECKSUM") {
             self.proto.checksum = parse_switch(&v).map_err(|e| bad("MULTIRAIL_CHECKSUM", &v, e))?;
         }
+        if let Some(v) = env("MULTIRAIL_DIRECT") {
+            self.proto.direct_eager = parse_switch(&v).map_err(|e| bad("MULTIRAIL_DIRECT", &v, e))?;
+        }
         if let Some(v) = env("MULTIRAIL_KEY") {
             self.key = Some(v.into_bytes());
         }

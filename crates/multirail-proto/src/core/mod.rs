@@ -32,8 +32,8 @@
 
 pub mod connect;
 mod frags;
-pub(crate) mod peermap;
 pub mod liveness;
+pub(crate) mod peermap;
 mod rail;
 mod ranges;
 mod recv;
@@ -60,10 +60,10 @@ pub use rail::{RATE_WINDOW, RailStats};
 pub use ranges::RangeSet;
 pub use recvbuf::{Lease, RecvBuffer};
 
+use peermap::{ActiveSet, PeerMap};
 use rail::RailState;
 use recv::InMsg;
 use send::OutMsg;
-use peermap::{ActiveSet, PeerMap};
 
 /// A peer is named by its rank.
 pub type PeerId = u32;

@@ -487,7 +487,8 @@ impl Core {
         }
         let from = p.acked_prefix;
         p.acked_prefix = prefix;
-        while let Some(d) = p.direct.pop_front_if(|d| d.seq < prefix) {
+        while p.direct.front().is_some_and(|d| d.seq < prefix) {
+            let d = p.direct.pop_front().expect("front checked");
             let r = &mut p.rails[d.rail];
             r.inflight = r.inflight.saturating_sub(d.data.len() as u64);
         }
@@ -543,7 +544,8 @@ impl Core {
         // Direct sends on this rail become general messages, written (their
         // frame may be in the peer's hands) and complete; the loop below
         // orphans them like any written fragment.
-        let (moved, kept): (Vec<Direct>, Vec<Direct>) = std::mem::take(&mut p.direct).into_iter().partition(|d| d.rail == rail);
+        let (moved, kept): (Vec<Direct>, Vec<Direct>) =
+            std::mem::take(&mut p.direct).into_iter().partition(|d| d.rail == rail);
         p.direct = kept.into();
         p.rails[rail].direct.clear();
         for d in moved {
