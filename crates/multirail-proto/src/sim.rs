@@ -243,10 +243,14 @@ impl Sim {
         }
         self.held.remove(&(a, b, r));
         self.held.remove(&(b, a, r));
+        // A link made lossy (`Sim::lossy`) says so, as a rail with
+        // injected faults does.
+        let may_lose =
+            [(a, b), (b, a)].iter().any(|&(x, y)| self.links.get(&(x, y, r)).is_some_and(|l| l.drop_every > 0));
         for (x, y) in [(a, b), (b, a)] {
             let credits = self.nodes[y as usize].config().unexpected_limit;
             let now = self.now;
-            self.nodes[x as usize].rail_up(y, r, RailCaps::default(), credits, now);
+            self.nodes[x as usize].rail_up(y, r, RailCaps { may_lose, ..RailCaps::default() }, credits, now);
         }
         self.connects.push((a, b, r, self.now));
         self.collect();
@@ -349,7 +353,9 @@ impl Sim {
     }
 
     /// Makes rail `r` from `a` to `b` lose every `n`-th data frame while
-    /// staying up (a misbehaving rail).
+    /// staying up (a misbehaving rail). Connections made after this call
+    /// advertise it (`RailCaps::may_lose`); call it before the rail
+    /// connects (`Sim::unconnected`) for the first one to.
     pub fn lossy(&mut self, a: PeerId, b: PeerId, r: RailId, n: u64) {
         if let Some(l) = self.links.get_mut(&(a, b, r)) {
             l.drop_every = n;

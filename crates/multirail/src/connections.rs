@@ -315,6 +315,8 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
     let host_local = spec.is_shm()
         || matches!((c.stream.local_addr(), c.stream.peer_addr()), (Ok(l), Ok(p)) if stays_in_host(l.ip(), p.ip()));
     let fault = cfg.faults.get(c.rail).cloned().flatten();
+    // Injected losses or corruption: only the general path finds those.
+    let may_lose = fault.as_ref().is_some_and(|f| f.drop > 0.0 || f.corrupt > 0.0);
     // What the rail holds by itself: its window's floor (the shm ring).
     let mut buffer = 0;
     let rail: Box<dyn Rail> = if spec.is_shm() {
@@ -353,7 +355,7 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         .local(c.peer, c.rail)
         .and_then(|l| shared.slot_of(c.peer, l))
         .ok_or(format!("no rail {} to rank {}", c.rail, c.peer))?;
-    let core_caps = CoreCaps { bandwidth, latency: Duration::ZERO, host_local, buffer };
+    let core_caps = CoreCaps { bandwidth, latency: Duration::ZERO, host_local, buffer, may_lose };
     Ok(shared.install(i, rail, id, core_caps, c.hello.credits))
 }
 

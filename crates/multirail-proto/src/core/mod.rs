@@ -238,6 +238,11 @@ pub struct RailCaps {
     /// window stays at `rail_window_min` and every few hundred KiB wait
     /// for an acknowledgement round trip. 0 = nothing known.
     pub buffer: u64,
+    /// The rail may lose or corrupt frames while its connection stays up
+    /// (fault injection: `MULTIRAIL_FAULTS` `drop`, `corrupt`). Only the
+    /// general path's per-fragment bookkeeping finds such losses (a later
+    /// fragment acknowledged first), so the direct path keeps off it.
+    pub may_lose: bool,
 }
 
 /// A frame for the driver to write: header, then payload.
@@ -1024,11 +1029,18 @@ impl Core {
         if let Some(c) = r.pop_ctrl() {
             r.handed.push_back(Self::handed_for(&c.header));
             t = Some(c);
-        } else if let Some(d) = r.direct.pop_front() {
-            // A direct send (`Core::send_direct`): counted as data.
+        } else if let Some(mut d) = r.direct.pop_front() {
+            // A direct send (`Core::send_direct`): counted as data, and
+            // asks for acknowledgements as data does (a stream of them on a
+            // wire otherwise waits for the delayed ones: 4 KiB on a 2 Gbit
+            // testbed rail, 131 instead of 236 MB/s).
             r.handed.push_back(rail::Handed::Ctrl);
             r.stats.tx_bytes += d.payload.len() as u64;
             r.stats.tx_frames += 1;
+            r.stats.direct_frames += 1;
+            if r.request_ack(d.payload.len() as u64, &window, div, now) {
+                d.header.flags = d.header.flags.with(crate::wire::Flags::ACK_NOW);
+            }
             t = Some(d);
         } else {
             while let Some(f) = r.data.pop_front() {

@@ -239,6 +239,9 @@ pub struct RailStats {
     /// Payload bytes of EAGER/DATA frames written (including retransmissions).
     pub tx_bytes: u64,
     pub tx_frames: u64,
+    /// Of `tx_frames`, the EAGER frames of the direct path
+    /// (`Config::direct_eager`).
+    pub direct_frames: u64,
     /// Payload bytes of EAGER/DATA frames received.
     pub rx_bytes: u64,
     pub rx_frames: u64,

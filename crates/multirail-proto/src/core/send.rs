@@ -143,9 +143,12 @@ impl OutMsg {
 impl Peer {
     /// The rail a message of `len` bytes may go on by the direct path, if
     /// it may: the peer has one rail, usable, granted credits that cover
-    /// the message, and nothing of the general path is in flight or
-    /// waiting (so the direct send is the next thing on the wire); the
-    /// message is eager and one frame; the rail's bytes in flight stay
+    /// the message, and nothing of the general path waits to be written
+    /// (no message waiting or partly scheduled, no fragment queued or to
+    /// send again, no RTS to repeat: the direct frame cannot overtake
+    /// one); the
+    /// message is eager and one frame; the rail does not lose frames
+    /// silently (`RailCaps::may_lose`); the rail's bytes in flight stay
     /// within the short window's floor (`Config::spread_window_min`; on a
     /// rail that buffers by itself, its buffer, at most `rail_window`), as
     /// the general path's stream of small messages would, or the rail is
@@ -161,11 +164,18 @@ impl Peer {
         } else {
             cfg.spread_window_min
         };
-        let clear = self.out.is_empty() && self.waiting.is_empty() && self.retx.is_empty() && self.rts_again.is_empty();
+        // Nothing of the general path waits to go out: the direct frame
+        // cannot overtake one (written and unacknowledged ones may stay).
+        let clear = self.waiting.is_empty()
+            && self.sending.first().is_none()
+            && self.retx.is_empty()
+            && self.rts_again.is_empty()
+            && r.data.is_empty();
         (fits
             && clear
             && (r.inflight == 0 || r.inflight + len <= room)
             && r.usable()
+            && !r.caps.may_lose
             && self.credit_grant.is_some()
             && self.credits() >= len + MESSAGE_OVERHEAD)
             .then_some(0)
