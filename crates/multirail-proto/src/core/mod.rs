@@ -105,9 +105,10 @@ pub struct Config {
     /// Put a CRC32C of the payload in every data frame and check it.
     pub checksum: bool,
     /// A small eager message to a peer reached over one rail, with nothing
-    /// of the general path in flight, goes straight onto that rail's
-    /// queue, kept only in a per-peer list until the peer acknowledges it
-    /// (no scheduling, no per-fragment state): see [`Core::isend`].
+    /// of the general path waiting to be written, goes straight onto that
+    /// rail's queue, kept only in a per-peer list until the peer
+    /// acknowledges it (no scheduling, no per-fragment state): the direct
+    /// path (docs/protocol.md §5; `MULTIRAIL_DIRECT`).
     pub direct_eager: bool,
     /// Longest an acknowledgement is held back to be batched.
     pub ack_delay: Duration,
@@ -891,7 +892,8 @@ impl Core {
     // ----- application commands -----
 
     /// Starts sending `data` to `peer` with `tag`. The request completes
-    /// when every byte has been handed to a rail.
+    /// when every byte has been handed to a rail; by the direct path
+    /// ([`Config::direct_eager`]), at once: its one frame is the rail's.
     pub fn isend(&mut self, peer: PeerId, tag: u64, data: Bytes, now: Time) -> ReqId {
         self.active.insert(peer);
         let req = self.new_req();

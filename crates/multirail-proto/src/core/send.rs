@@ -143,18 +143,17 @@ impl OutMsg {
 impl Peer {
     /// The rail a message of `len` bytes may go on by the direct path, if
     /// it may: the peer has one rail, usable, granted credits that cover
-    /// the message, and nothing of the general path waits to be written
-    /// (no message waiting or partly scheduled, no fragment queued or to
-    /// send again, no RTS to repeat: the direct frame cannot overtake
-    /// one); the
+    /// the message; nothing of the general path waits to be written (no
+    /// message waiting or partly scheduled, no fragment queued or to send
+    /// again, no RTS to repeat: the direct frame cannot overtake one); the
     /// message is eager and one frame; the rail does not lose frames
     /// silently (`RailCaps::may_lose`); the rail's bytes in flight stay
     /// within the short window's floor (`Config::spread_window_min`; on a
     /// rail that buffers by itself, its buffer, at most `rail_window`), as
     /// the general path's stream of small messages would, or the rail is
-    /// empty. With several rails the general path schedules (and watches
-    /// each rail's acknowledgements); a message waiting behind others
-    /// keeps its turn there.
+    /// empty. With several rails the general path schedules (and its
+    /// per-fragment send times find a silent rail); a message waiting
+    /// behind others keeps its turn there.
     pub(crate) fn direct_rail(&self, len: u64, cfg: &super::Config) -> Option<RailId> {
         let [r] = self.rails.as_slice() else { return None };
         let max_frame = u64::from(cfg.limits.max_frame);
@@ -184,8 +183,9 @@ impl Peer {
 
 impl Core {
     /// The direct path of [`Core::isend`] (the caller checked
-    /// [`Peer::direct_rail`]): the eager frame goes into `rail`'s control
-    /// queue, in order with the frames already there, and the send is
+    /// [`Peer::direct_rail`]): the eager frame goes into `rail`'s direct
+    /// queue (after its control frames, before its data fragments), its
+    /// bytes count in the rail's bytes in flight, and the send is
     /// complete: its bytes are the rail's now. The message is kept in
     /// `Peer::direct` until the peer's delivered prefix covers it; if its
     /// rail fails first, [`Core::requeue_rail`] turns it into a general
