@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use multirail_proto::core::{Core, RailStats, ReqId, Status};
+use multirail_proto::time::Time;
 use multirail_transport::fault::FaultConfig;
 
 use crate::bootstrap::{self, Me, Root, Row};
@@ -332,7 +333,7 @@ impl Endpoint {
         // The first timer run asks for the connections.
         shared.with_core(|_, _| ());
         let peers: Vec<u32> = (0..self.size).filter(|&p| p != self.rank).collect();
-        let mut ready = |g: &crate::shared::Inner| {
+        let mut ready = |g: &mut crate::shared::Inner| {
             peers.iter().all(|&p| (0..g.core.rail_count(p)).any(|r| g.core.is_rail_up(p, r)))
         };
         if self.engine()?.wait_until(shared, &mut ready, Some(deadline)) {
@@ -490,18 +491,21 @@ impl Endpoint {
     /// it follows another `isend` within `COALESCE_GAP` with no wait since,
     /// fewer than `coalesce` are queued, and the engine will run its loop
     /// soon (the application waited a moment ago, nobody sleeps in it).
-    /// The `coalesce + 1`-th writes them all.
+    /// The `coalesce + 1`-th writes them all. The first `isend` after a
+    /// wait (a ping-pong's every one) reads no clock: the core's reading,
+    /// stored after the call, dates it for the next.
     fn coalesce(&self, engine: &Engine) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         let max = u64::from(self.cfg.coalesce);
         if max == 0 {
             return false;
         }
-        let now = self.shared.now().as_nanos();
-        let last = self.shared.last_isend.swap(now, Relaxed);
         let n = self.shared.burst.fetch_add(1, Relaxed);
-        n % (max + 1) != 0
-            && now.saturating_sub(last) < crate::config::COALESCE_GAP.as_nanos() as u64
+        if n % (max + 1) == 0 {
+            return false;
+        }
+        let now = self.shared.now().as_nanos();
+        now.saturating_sub(self.shared.last_isend.load(Relaxed)) < crate::config::COALESCE_GAP.as_nanos() as u64
             && engine.runs_soon()
     }
 
@@ -543,23 +547,26 @@ impl Endpoint {
     /// Queues the message in the core and marks its connections as having
     /// output without writing it (write coalescing): whoever runs the
     /// engine's loop next, or flushes, writes it with what follows.
-    fn isend_deferred(&self, peer: u32, tag: u64, data: Bytes) -> ReqId {
-        let (id, wake) = self.shared.with_core_deferred(|c, now| c.isend(peer, tag, data, now));
+    fn isend_deferred(&self, peer: u32, tag: u64, data: Bytes) -> (ReqId, Time) {
+        let (r, wake) = self.shared.with_core_deferred(|c, now| (c.isend(peer, tag, data, now), now));
         for i in wake {
             self.shared.defer_slot(i);
         }
-        id
+        r
     }
 
     fn isend_raw(&self, peer: u32, tag: u64, data: Bytes) -> Result<SendRequest<'_>, Error> {
         self.check_peer(peer)?;
         self.engine()?;
         let small = data.len() <= crate::config::COALESCE_MAX_BYTES;
-        let id = if small && self.coalesce(self.engine()?) {
+        let (id, now) = if small && self.coalesce(self.engine()?) {
             self.isend_deferred(peer, tag, data)
         } else {
-            self.shared.with_core_send(|c, now| c.isend(peer, tag, data, now))
+            self.shared.with_core_send(|c, now| (c.isend(peer, tag, data, now), now))
         };
+        if small {
+            self.shared.last_isend.store(now.as_nanos(), std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(SendRequest { ep: self, id })
     }
 
@@ -585,12 +592,16 @@ impl Endpoint {
         if let Some(c) = self.shared.take_done(id) {
             return Ok(c);
         }
-        let shared = &self.shared;
-        let mut done = |g: &crate::shared::Inner| g.done.contains_key(&id);
-        if !self.engine()?.wait_until(shared, &mut done, now_plus(timeout)) {
+        // The check that ends the wait takes the completion (one lock).
+        let mut got = None;
+        let mut done = |g: &mut crate::shared::Inner| {
+            got = got.take().or_else(|| g.done.remove(&id));
+            got.is_some()
+        };
+        if !self.engine()?.wait_until(&self.shared, &mut done, now_plus(timeout)) {
             return Err(Error::Timeout);
         }
-        Ok(self.shared.take_done(id).expect("waited for it"))
+        Ok(got.expect("waited for it"))
     }
 
     /// Waits for every request.
@@ -676,10 +687,11 @@ impl Endpoint {
     fn shutdown(&mut self) -> Result<(), Error> {
         let Some(mut engine) = self.engine.take() else { return Ok(()) };
         let shared = &self.shared;
-        let mut quiet = |g: &crate::shared::Inner| g.core.is_quiescent();
+        let mut quiet = |g: &mut crate::shared::Inner| g.core.is_quiescent();
         let drained = engine.wait_until(shared, &mut quiet, Some(Instant::now() + CLOSE_DRAIN));
         shared.with_core(|c, now| c.close(now));
-        let mut flushed = |g: &crate::shared::Inner| shared.slots.iter().all(|s| !g.core.has_transmit(s.peer, s.rail));
+        let mut flushed =
+            |g: &mut crate::shared::Inner| shared.slots.iter().all(|s| !g.core.has_transmit(s.peer, s.rail));
         engine.wait_until(shared, &mut flushed, Some(Instant::now() + Duration::from_secs(1)));
         engine.stop(shared);
         if let Some(mut c) = self.connections.take() {
@@ -713,7 +725,7 @@ impl Endpoint {
     pub(crate) fn isend_reserved_later(&self, peer: u32, tag: u64, data: Bytes) -> Result<ReqId, Error> {
         self.check_peer(peer)?;
         self.engine()?;
-        Ok(self.isend_deferred(peer, tag, data))
+        Ok(self.isend_deferred(peer, tag, data).0)
     }
 
     /// Writes what [`Endpoint::isend_reserved_later`] queued, one write per
@@ -752,7 +764,7 @@ impl Endpoint {
     /// or `deadline`; returns `done`.
     pub(crate) fn wait_for(
         &self,
-        done: &mut dyn FnMut(&crate::shared::Inner) -> bool,
+        done: &mut dyn FnMut(&mut crate::shared::Inner) -> bool,
         deadline: Instant,
     ) -> Result<bool, Error> {
         Ok(self.engine()?.wait_until(&self.shared, done, Some(deadline)))

@@ -891,7 +891,7 @@ impl Driver {
                 }
             }
             let kick = &self.common.kick;
-            let mut ready = |g: &crate::shared::Inner| {
+            let mut ready = |g: &mut crate::shared::Inner| {
                 kick.load(Ordering::Acquire) || (!g.done.is_empty() && ids.iter().any(|id| g.done.contains_key(id)))
             };
             if self.ep.wait_for(&mut ready, Instant::now() + self.tick).is_err() {

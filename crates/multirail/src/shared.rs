@@ -378,7 +378,7 @@ impl Shared {
     /// Writes the slots with deferred output where the rail is free;
     /// `unwritten` gets each one left with output.
     fn flush_deferred_then(&self, mut unwritten: impl FnMut(usize)) {
-        if self.deferred_any.swap(false, Ordering::AcqRel) {
+        if take_flag(&self.deferred_any) {
             for (i, s) in self.slots.iter().enumerate() {
                 if s.wake_pending.load(Ordering::Acquire) && !self.try_send_now(i) {
                     unwritten(i);
@@ -395,7 +395,7 @@ impl Shared {
     /// The slots of `rail` woken since the last call, appended to `into`
     /// (each at most once; some may have been serviced meanwhile).
     pub fn take_woken(&self, rail: RailId, into: &mut Vec<usize>) {
-        if !self.woken_any[rail].swap(false, Ordering::AcqRel) {
+        if !take_flag(&self.woken_any[rail]) {
             return;
         }
         let mut w = self.woken[rail].lock().unwrap_or_else(|e| e.into_inner());
@@ -426,9 +426,9 @@ impl Shared {
     /// handled), or bytes wait in the rail for the socket.
     pub fn service(&self, i: usize) -> Serviced {
         let s = &self.slots[i];
-        let woken = s.wake_pending.swap(false, Ordering::AcqRel);
+        let woken = take_flag(&s.wake_pending);
         let mut conn = s.lock_conn();
-        if s.close_requested.swap(false, Ordering::AcqRel) {
+        if take_flag(&s.close_requested) {
             if let Some(rail) = conn.take() {
                 *s.lock_id() = None;
                 self.retire(s, rail);
@@ -443,7 +443,7 @@ impl Shared {
                 return Serviced::default();
             }
         };
-        let write = woken || s.wake_pending.swap(false, Ordering::AcqRel) || rail.queued_bytes() > 0;
+        let write = woken || take_flag(&s.wake_pending) || rail.queued_bytes() > 0;
         if write {
             if let Err(e) = self.pump_send(s, rail.as_mut()) {
                 self.fail(i, &mut conn, e);
@@ -694,6 +694,13 @@ impl Shared {
     pub fn take_done(&self, req: ReqId) -> Option<Completion> {
         self.lock().done.remove(&req)
     }
+}
+
+/// Clears `flag` and returns whether it was set. The common case on a
+/// spinning loop's every round, a flag that is not set, costs a load, not a
+/// locked read-modify-write.
+fn take_flag(flag: &AtomicBool) -> bool {
+    flag.load(Ordering::Acquire) && flag.swap(false, Ordering::AcqRel)
 }
 
 /// Feeds frames from one rail into the core.

@@ -59,7 +59,13 @@ impl LastWait {
 
     /// A wait ends now.
     pub fn mark(&self) {
-        self.at.store(self.origin.elapsed().as_nanos() as u64, Ordering::Release);
+        self.mark_at(Instant::now());
+    }
+
+    /// A wait ends at `t`, a clock reading taken a moment ago (a spinning
+    /// loop's last round: no second reading).
+    pub fn mark_at(&self, t: Instant) {
+        self.at.store(t.saturating_duration_since(self.origin).as_nanos() as u64, Ordering::Release);
     }
 
     /// Time since the last wait ended (since start if none has).
@@ -184,10 +190,15 @@ impl Engine {
 
     /// Blocks until `done` (checked with the shared state locked) or
     /// `deadline`; returns `done`.
-    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
+    pub fn wait_until(
+        &self,
+        shared: &Shared,
+        done: &mut dyn FnMut(&mut Inner) -> bool,
+        deadline: Option<Instant>,
+    ) -> bool {
         // A wait ends a burst of `isend`s: what they left is written now
         // (also when what it waits for is done already).
-        if shared.burst.swap(0, std::sync::atomic::Ordering::Relaxed) > 0 {
+        if shared.burst.load(Ordering::Relaxed) > 0 && shared.burst.swap(0, Ordering::Relaxed) > 0 {
             shared.flush_deferred();
         }
         match self {

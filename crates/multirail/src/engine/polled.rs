@@ -145,18 +145,29 @@ impl Polled {
         lp.waiters.load(Ordering::Acquire) == 0 && since < HANDOFF
     }
 
-    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
+    pub fn wait_until(
+        &self,
+        shared: &Shared,
+        done: &mut dyn FnMut(&mut Inner) -> bool,
+        deadline: Option<Instant>,
+    ) -> bool {
         let lp = &self.lp;
         lp.waiters.fetch_add(1, Ordering::AcqRel);
-        let start = Instant::now();
-        let spin_until = start + self.spin;
+        // One clock reading per round, taken after `done` said no (a wait
+        // that is over at once reads none); the round's progress and the
+        // end of the wait use it too.
+        let mut start = None;
+        let mut last = None;
         let r = loop {
-            if done(&shared.lock()) {
+            if done(&mut shared.lock()) {
                 break true;
             }
             let now = Instant::now();
+            last = Some(now);
+            let start = *start.get_or_insert(now);
+            let spin_until = start + self.spin;
             if deadline.is_some_and(|d| now >= d) {
-                break done(&shared.lock());
+                break done(&mut shared.lock());
             }
             match lp.state.try_lock() {
                 Ok(mut st) => {
@@ -167,7 +178,7 @@ impl Polled {
                     };
                     {
                         let _running = super::Running::enter::<MioWaker>(&lp.waker);
-                        progress(shared, &mut st, cap);
+                        progress(shared, &mut st, cap, now);
                     }
                     if cap.is_zero() {
                         drop(st);
@@ -178,14 +189,17 @@ impl Polled {
                     // Another thread runs the loop: get it out of epoll
                     // and wait for its completions.
                     lp.waker.0.wake().ok();
-                    let g = shared.lock();
-                    if !done(&g) {
+                    let mut g = shared.lock();
+                    if !done(&mut g) {
                         drop(shared.wait_done(g, Duration::from_micros(200)));
                     }
                 }
             }
         };
-        lp.last_wait.mark();
+        match last {
+            Some(t) => lp.last_wait.mark_at(t),
+            None => lp.last_wait.mark(),
+        }
         lp.waiters.fetch_sub(1, Ordering::AcqRel);
         r
     }
@@ -208,7 +222,7 @@ fn background(lp: &Loop, shared: &Shared) {
         let Ok(mut st) = lp.state.lock() else { return };
         {
             let _running = super::Running::enter::<MioWaker>(&lp.waker);
-            progress(shared, &mut st, super::MAX_SLEEP);
+            progress(shared, &mut st, super::MAX_SLEEP, Instant::now());
         }
         drop(st);
         if lp.waiters.load(Ordering::Acquire) > 0 && shared.done_waiters.load(Ordering::Acquire) > 0 {
@@ -219,8 +233,10 @@ fn background(lp: &Loop, shared: &Shared) {
 }
 
 /// One round: service rails that need it, then wait for readiness (at
-/// most `cap`), then service what became ready and run timers.
-pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
+/// most `cap`), then service what became ready and run timers. `now`: a
+/// clock reading the caller took just before (timers are judged by it; a
+/// spinning waiter reads the clock once per round, not twice).
+pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: Instant) {
     let n = shared.slots.len();
     let mut busy = false;
     // Slots with more to read, then slots woken for output.
@@ -253,7 +269,6 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration) {
             k += 1;
         }
     }
-    let now = Instant::now();
     // Timers run when due; after work (which may have armed an earlier
     // one) at most every TIMER_AFTER_WORK, so a busy loop does not walk
     // every timer for every message.

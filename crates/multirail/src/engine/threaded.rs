@@ -147,17 +147,22 @@ impl Threaded {
     /// Waits until `done` (checked with the shared state locked) or
     /// `deadline`: runs the loop itself for the spin time, then sleeps
     /// until the IO threads complete something.
-    pub fn wait_until(&self, shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
+    pub fn wait_until(
+        &self,
+        shared: &Shared,
+        done: &mut dyn FnMut(&mut Inner) -> bool,
+        deadline: Option<Instant>,
+    ) -> bool {
         let start = Instant::now();
         let spin_until = start + self.spin;
         self.gate.spinning.fetch_add(1, Ordering::SeqCst);
         let spun = loop {
-            if done(&shared.lock()) {
+            if done(&mut shared.lock()) {
                 break Some(true);
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                break Some(done(&shared.lock()));
+                break Some(done(&mut shared.lock()));
             }
             if now >= spin_until {
                 break None;
@@ -173,7 +178,7 @@ impl Threaded {
                     }
                 }
                 let _running = super::Running::enter_all();
-                polled::progress(shared, &mut app.st, Duration::ZERO);
+                polled::progress(shared, &mut app.st, Duration::ZERO, now);
             }
             super::spin_pause(shared, start, now);
         };
@@ -303,10 +308,10 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
 }
 
 /// Sleeps until `done` (checked whenever requests complete) or `deadline`.
-fn sleep_until(shared: &Shared, done: &mut dyn FnMut(&Inner) -> bool, deadline: Option<Instant>) -> bool {
+fn sleep_until(shared: &Shared, done: &mut dyn FnMut(&mut Inner) -> bool, deadline: Option<Instant>) -> bool {
     let mut g = shared.lock();
     loop {
-        if done(&g) {
+        if done(&mut g) {
             return true;
         }
         let now = Instant::now();
