@@ -131,3 +131,23 @@ fn a_rail_that_may_lose_frames_keeps_the_general_path() {
     send_all(&mut sim, &[8, 100, 4000]);
     assert_eq!(sim.nodes[0].direct_sent(), 0);
 }
+
+#[test]
+fn a_send_completed_inside_isend_is_taken_from_the_event_queue() {
+    use multirail_proto::core::Event;
+    let mut sim = one_rail(true);
+    let now = sim.now;
+    let core = &mut sim.nodes[0];
+    let id = core.isend(1, 5, Bytes::from(pattern(5, 64)), now);
+    assert!(matches!(core.take_send_done(id), Some(Ok(()))), "the direct path completes inside isend");
+    assert!(core.take_send_done(id).is_none(), "taken once");
+    while let Some(e) = core.poll_event() {
+        assert!(!matches!(e, Event::SendDone { req, .. } if req == id), "taken, not also queued");
+    }
+
+    // The general path completes later: nothing to take, the event comes.
+    let mut sim = one_rail(false);
+    let now = sim.now;
+    let id = sim.nodes[0].isend(1, 5, Bytes::from(pattern(5, 64)), now);
+    assert!(sim.nodes[0].take_send_done(id).is_none());
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use multirail_proto::core::{Core, RailStats, ReqId, Status};
+use multirail_proto::core::{Core, RailStats, ReqId, SendError, Status};
 use multirail_proto::time::Time;
 use multirail_transport::fault::FaultConfig;
 
@@ -559,15 +559,22 @@ impl Endpoint {
         self.check_peer(peer)?;
         self.engine()?;
         let small = data.len() <= crate::config::COALESCE_MAX_BYTES;
-        let (id, now) = if small && self.coalesce(self.engine()?) {
-            self.isend_deferred(peer, tag, data)
+        let (id, now, early) = if small && self.coalesce(self.engine()?) {
+            let (id, now) = self.isend_deferred(peer, tag, data);
+            (id, now, None)
         } else {
-            self.shared.with_core_send(|c, now| (c.isend(peer, tag, data, now), now))
+            // A send that completes inside `isend` (the direct path) keeps
+            // its outcome in the request, not in the shared map: its wait
+            // takes no lock.
+            self.shared.with_core_send(|c, now| {
+                let id = c.isend(peer, tag, data, now);
+                (id, now, c.take_send_done(id))
+            })
         };
         if small {
             self.shared.last_isend.store(now.as_nanos(), std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(SendRequest { ep: self, id })
+        Ok(SendRequest { ep: self, id, early })
     }
 
     /// Posts a receive into `buf` (its length is the most it takes; no
@@ -792,18 +799,24 @@ impl Endpoint {
 pub struct SendRequest<'a> {
     ep: &'a Endpoint,
     id: ReqId,
+    /// The outcome, when the send completed inside `isend` (it is then not
+    /// in the shared map of completions).
+    early: Option<Result<(), SendError>>,
 }
 
 impl SendRequest<'_> {
     /// True once the send completed (successfully or not).
     pub fn test(&self) -> bool {
         self.ep.shared.flush_deferred();
-        self.ep.shared.lock().done.contains_key(&self.id)
+        self.early.is_some() || self.ep.shared.lock().done.contains_key(&self.id)
     }
     pub fn wait(self) -> Result<(), Error> {
         self.wait_timeout(None)
     }
     pub fn wait_timeout(self, t: Option<Duration>) -> Result<(), Error> {
+        if let Some(r) = self.early {
+            return r.map_err(Error::from);
+        }
         match self.ep.wait_id(self.id, t)? {
             Completion::Send(r) => r.map_err(Error::from),
             Completion::Recv(..) => unreachable!("a send completes as a send"),
@@ -863,7 +876,14 @@ impl Request<'_> {
     /// again leaves its completion with the endpoint until it closes.
     pub fn detach(self) -> Detached {
         let (ep, id, send) = match self {
-            Request::Send(r) => (r.ep, r.id, true),
+            Request::Send(r) => {
+                // A completion kept in the request goes where an attached
+                // request looks for it.
+                if let Some(res) = r.early {
+                    r.ep.shared.lock().done.insert(r.id, Completion::Send(res));
+                }
+                (r.ep, r.id, true)
+            }
             Request::Recv(r) => (r.ep, r.id, false),
         };
         Detached { owner: Arc::as_ptr(&ep.shared) as usize, id, send }
@@ -895,7 +915,7 @@ impl Endpoint {
             return Err(Error::Config("the request belongs to another endpoint".into()));
         }
         Ok(if d.send {
-            Request::Send(SendRequest { ep: self, id: d.id })
+            Request::Send(SendRequest { ep: self, id: d.id, early: None })
         } else {
             Request::Recv(RecvRequest { ep: self, id: d.id })
         })

@@ -439,6 +439,33 @@ fn detached_requests_complete_after_attach() {
     drop((ep0, ep1));
 }
 
+/// A small send to a one-rail peer completes inside `isend` (the direct
+/// path) and keeps its outcome in the request: `test` says so at once, and
+/// the outcome survives a detach and attach (it moves into the endpoint's
+/// map of completions; without that move the wait below times out).
+#[test]
+fn a_send_completed_inside_isend_survives_detach() {
+    job(
+        2,
+        |_| Endpoint::builder().rails(&rails(1)).key("k"),
+        |ep| {
+            let peer = 1 - ep.rank();
+            // Connections open on demand: a barrier opens this one.
+            ep.barrier().unwrap();
+            wait_rails_up(&ep, peer);
+            let s = ep.isend(peer, 7, pattern(3, 64)).unwrap();
+            assert!(s.test(), "a direct send is complete when isend returns");
+            let d = Request::from(s).detach();
+            let Request::Send(s) = ep.attach(d).unwrap() else { panic!("a send") };
+            s.wait_timeout(Some(Duration::from_secs(20))).unwrap();
+            let (buf, st) = ep.irecv(Some(peer), Some(7), BytesMut::zeroed(64)).unwrap().wait().unwrap();
+            assert_eq!(st.len, 64);
+            assert!(buf[..] == pattern(3, 64)[..]);
+            ep.barrier().unwrap();
+        },
+    );
+}
+
 /// `progress_until` makes progress until a condition holds: a sent
 /// buffer (whose owner flags its drop) is let go of once the peer's
 /// acknowledgement is read, also when the send completed before that; a

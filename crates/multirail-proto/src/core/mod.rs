@@ -1006,6 +1006,20 @@ impl Core {
         self.events.pop_front()
     }
 
+    /// The outcome of send `req` if its [`Event::SendDone`] is the newest
+    /// event (a send that completed inside the [`Core::isend`] just
+    /// called: the direct path, or a peer known to have failed), taken out
+    /// of the event queue; `None` otherwise (the event stays).
+    pub fn take_send_done(&mut self, req: ReqId) -> Option<Result<(), SendError>> {
+        if !matches!(self.events.back(), Some(Event::SendDone { req: r, .. }) if *r == req) {
+            return None;
+        }
+        match self.events.pop_back() {
+            Some(Event::SendDone { result, .. }) => Some(result),
+            _ => unreachable!("checked above"),
+        }
+    }
+
     /// Rails that got new output since the last call.
     pub fn take_wakeups(&mut self) -> Vec<(PeerId, RailId)> {
         std::mem::take(&mut self.wakeups)
