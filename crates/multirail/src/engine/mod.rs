@@ -130,17 +130,54 @@ impl Wake for MioWaker {
 pub(crate) struct Registration {
     fd: Option<RawFd>,
     write: bool,
+    /// The descriptor is out of the set while a spinning waiter reads it
+    /// directly ([`Registration::park`]).
+    parked: bool,
 }
 
 impl Registration {
-    /// A descriptor is registered for this slot.
+    /// A descriptor is in the epoll set for this slot.
     pub fn registered(&self) -> bool {
-        self.fd.is_some()
+        self.fd.is_some() && !self.parked
+    }
+
+    /// Takes the descriptor out of the epoll set while a spinning waiter
+    /// reads it on every round: a socket in an epoll set costs every
+    /// arriving segment a callback into epoll, inside the peer's send
+    /// (measured on loopback: 8 B one-way 5.12 instead of 4.87 us).
+    /// [`Registration::unpark`] puts it back before the loop sleeps.
+    pub fn park(&mut self, registry: &Registry) {
+        if let (Some(fd), false) = (self.fd, self.parked) {
+            let _ = registry.deregister(&mut SourceFd(&fd));
+            self.parked = true;
+        }
+    }
+
+    /// Puts a parked descriptor back (epoll reports what arrived meanwhile
+    /// at once: adding a ready descriptor queues its event).
+    pub fn unpark(&mut self, registry: &Registry, token: Token) {
+        if !std::mem::take(&mut self.parked) {
+            return;
+        }
+        if let Some(fd) = self.fd {
+            let interest = if self.write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+            if registry.register(&mut SourceFd(&fd), token, interest).is_err() {
+                let _ = registry.reregister(&mut SourceFd(&fd), token, interest);
+            }
+        }
     }
 
     /// Brings the registration of slot `i` in line with its connection.
     pub fn update(&mut self, registry: &Registry, token: Token, st: &Serviced) {
         let fd = st.fd;
+        if self.parked {
+            // Not in the set: only remember the connection (a new one is
+            // added when the slot is unparked).
+            self.parked = fd.is_some();
+            self.fd = fd;
+            self.write = st.want_write;
+            return;
+        }
         let interest = if st.want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
         match (self.fd, fd) {
             (Some(old), Some(new)) if old == new && self.write == st.want_write => {}

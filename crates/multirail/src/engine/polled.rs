@@ -62,6 +62,11 @@ pub(super) struct PollState {
     direct: bool,
     /// Spinning rounds since `epoll_wait` last ran.
     skipped: u32,
+    /// Slots read directly because of `direct` (sockets, not shared
+    /// memory): a spinning waiter takes them out of the epoll set
+    /// ([`super::Registration::park`]); and the slots it took out.
+    parkable: Vec<bool>,
+    parked: Vec<usize>,
 }
 
 use super::{TIMER_AFTER_WORK, TIMER_RECHECK};
@@ -86,6 +91,8 @@ impl PollState {
             is_spin: vec![false; n],
             direct: spins && n <= DIRECT_MAX_SLOTS,
             skipped: 0,
+            parkable: vec![false; n],
+            parked: Vec::new(),
         }
     }
 }
@@ -304,6 +311,21 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: 
     // that has something already cancels the sleep.
     let timeout = if !timeout.is_zero() && st.spin.iter().any(|&i| shared.arm(i)) { Duration::ZERO } else { timeout };
     st.todo = todo;
+    if !timeout.is_zero() {
+        // Sockets a spinning waiter took out of the set go back in first.
+        let PollState { poll, regs, parked, .. } = &mut *st;
+        for i in parked.drain(..) {
+            regs[i].unpark(poll.registry(), Token(i));
+        }
+    } else if cap.is_zero() && st.direct {
+        // A spinning waiter reads these on every round: out of the set.
+        for i in 0..n {
+            if st.parkable[i] && st.regs[i].registered() {
+                st.regs[i].park(st.poll.registry());
+                st.parked.push(i);
+            }
+        }
+    }
     // Spinning with every connected slot read directly (above): nothing
     // for epoll to tell, except now and then.
     if timeout.is_zero()
@@ -350,7 +372,8 @@ pub(super) fn service(shared: &Shared, st: &mut PollState, i: usize) -> bool {
     }
     // A socket read directly as well: while the waiter spins, reading it
     // is cheaper than asking epoll first (see `PollState::direct`).
-    let spin = s.spin || (st.direct && s.fd.is_some());
+    st.parkable[i] = st.direct && !s.spin && s.fd.is_some();
+    let spin = s.spin || st.parkable[i];
     if spin != st.is_spin[i] {
         st.is_spin[i] = spin;
         if spin {
