@@ -2,7 +2,8 @@
 # multirail beside ucx_perftest on this machine's loopback: 8 B one-way
 # latency and 1 MiB bandwidth, interleaved rounds, medians and ratios.
 #
-#   bench/ucx-loopback.sh [--rounds N] [--pin CPU0,CPU1]
+#   bench/ucx-loopback.sh [--rounds N] [--pin CPU0,CPU1] [--latency-only] [--bin PATH]...
+#                         [--testbed PREFIX]
 #
 # UCX: UCX_TLS=tcp UCX_NET_DEVICES=lo, server and client on 127.0.0.1,
 # `ucx_perftest -t tag_lat -s 8` and `-t tag_bw -s 1048576` (its MiB/s are
@@ -13,16 +14,28 @@
 # the same number of messages). Needs ucx-utils (`apt-get install
 # ucx-utils`). --pin runs rank 0 / the UCX client on CPU0 and the other on
 # CPU1 (default: unpinned, which is often faster on a 2-core VM).
+# Latency is given twice: the mean of a run (what the targets compare;
+# UCX's "overall") and the run's median iteration (UCX's "typical"), which
+# a few slow iterations on a noisy machine do not move. --bin (repeatable)
+# measures these multirail binaries side by side instead of a fresh build
+# (e.g. an older commit's); --latency-only skips the bandwidth.
+# --testbed PREFIX (as root, a testbed brought up with `multirail testbed
+# up --hosts 2 --rails 2 --prefix PREFIX`): the same between its hosts
+# instead, UCX from host0 to host1 over rail0 (UCX_NET_DEVICES=rail0),
+# multirail with `--testbed` over tcp:rail0 and over both rails.
 set -euo pipefail
 # The rails measured here are loopback TCP: the two ranks of this host must
 # use them, not the shared memory they would get by themselves.
 export MULTIRAIL_SHM=off
-rounds=5 pin=
+rounds=5 pin= bw=1 bins=() testbed=
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds=$2; shift 2 ;;
         --pin) pin=$2; shift 2 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --latency-only) bw=; shift ;;
+        --bin) bins+=("$2"); shift 2 ;;
+        --testbed) testbed=$2; shift 2 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -30,8 +43,11 @@ cd "$(dirname "$0")/.."
 # shellcheck source-path=SCRIPTDIR source=lib/ucx.sh
 . bench/lib/ucx.sh
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found: apt-get install ucx-utils" >&2; exit 1; }
-cargo build --release -q -p multirail-cli
-M=$PWD/target/release/multirail
+if [ ${#bins[@]} -eq 0 ]; then
+    cargo build --release -q -p multirail-cli
+    bins=("$PWD/target/release/multirail")
+fi
+for b in "${bins[@]}"; do [ -x "$b" ] || { echo "$b: not an executable" >&2; exit 2; }; done
 H=$PWD/bench/lib/mrcmp.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -40,34 +56,63 @@ if [ -n "$pin" ]; then
     UCX_CLIENT_PREFIX=(taskset -c "${pin%%,*}") UCX_SERVER_PREFIX=(taskset -c "${pin##*,}") mrpin=(--pin "$pin")
 fi
 port=13600
-ucx() { # TEST SIZE N WARMUP KIND -> value
-    ucx_perftest_pair $((port++)) "$tmp" "UCX_TLS=tcp UCX_NET_DEVICES=lo" -t "$1" -s "$2" -n "$3" -w "$4"
-    python3 "$H" ucx "$tmp/client" "$5"
+ucxenv="UCX_TLS=tcp UCX_NET_DEVICES=lo" where=loopback
+one=tcp:127.0.0.1 two=tcp:127.0.0.1,tcp:127.0.0.2 mrwhere=()
+if [ -n "$testbed" ]; then
+    ip netns list | grep -q "^$testbed-host1\b" ||
+        { echo "no testbed $testbed (multirail testbed up --hosts 2 --rails 2 --prefix $testbed)" >&2; exit 2; }
+    UCX_SERVER_ADDR=$(ip -n "$testbed-host1" -4 -o addr show dev rail0 | awk '{ sub("/.*", "", $4); print $4 }')
+    UCX_SERVER_PREFIX=(ip netns exec "$testbed-host1" "${UCX_SERVER_PREFIX[@]}")
+    UCX_CLIENT_PREFIX=(ip netns exec "$testbed-host0" "${UCX_CLIENT_PREFIX[@]}")
+    ucxenv="UCX_TLS=tcp UCX_NET_DEVICES=rail0" where="testbed $testbed, host0 -> host1"
+    one=tcp:rail0 two=tcp:rail0,tcp:rail1 mrwhere=(--testbed --testbed-prefix "$testbed")
+fi
+ucx() { # TEST SIZE N WARMUP KIND... -> one value per KIND
+    ucx_perftest_pair $((port++)) "$tmp" "$ucxenv" -t "$1" -s "$2" -n "$3" -w "$4"
+    local k
+    for k in "${@:5}"; do python3 "$H" ucx "$tmp/client" "$k"; done
 }
-mr() { # TEST SIZE RAILS -> value
-    "$M" bench "$1" --sizes "$2" --rails "$3" "${mrpin[@]}" --json --quiet >"$tmp/mr"
-    python3 "$H" mr "$tmp/mr" | awk '{ print $2 }'
+mr() { # BIN TEST SIZE RAILS FIELD... -> one value per FIELD
+    "$1" bench "$2" --sizes "$3" --rails "$4" "${mrpin[@]}" "${mrwhere[@]}" --json --quiet >"$tmp/mr"
+    local f
+    for f in "${@:5}"; do python3 "$H" mr "$tmp/mr" "$f" | awk '{ print $2 }'; done
 }
-one=tcp:127.0.0.1 two=tcp:127.0.0.1,tcp:127.0.0.2
 declare -A v
 for r in $(seq "$rounds"); do
     echo "round $r/$rounds" >&2
-    v[ucx_lat]+=" $(ucx tag_lat 8 10000 100 lat)"
-    v[mr1_lat]+=" $(mr latency 8 $one)"
-    v[mr2_lat]+=" $(mr latency 8 $two)"
-    v[ucx_bw]+=" $(ucx tag_bw 1048576 1280 128 bw)"
-    v[mr1_bw]+=" $(mr bw 1M $one)"
-    v[mr2_bw]+=" $(mr bw 1M $two)"
+    read -r a b < <(ucx tag_lat 8 10000 100 lat lat50 | xargs)
+    v[ucx_lat]+=" $a" v[ucx_lat50]+=" $b"
+    for i in "${!bins[@]}"; do
+        for n in 1 2; do
+            rails=$one; [ $n = 2 ] && rails=$two
+            read -r a b < <(mr "${bins[$i]}" latency 8 "$rails" value p50 | xargs)
+            v[mr${i}_${n}_lat]+=" $a" v[mr${i}_${n}_lat50]+=" $b"
+        done
+    done
+    if [ -n "$bw" ]; then
+        v[ucx_bw]+=" $(ucx tag_bw 1048576 1280 128 bw)"
+        for i in "${!bins[@]}"; do
+            v[mr${i}_1_bw]+=" $(mr "${bins[$i]}" bw 1M $one value)"
+            v[mr${i}_2_bw]+=" $(mr "${bins[$i]}" bw 1M $two value)"
+        done
+    fi
 done
 declare -A m
 for k in "${!v[@]}"; do m[$k]=$(echo "${v[$k]}" | median); done
-printf '# ucx_perftest %s vs multirail, loopback, %s rounds, medians (pin: %s)\n' \
-    "$(ucx_info -v | sed -n 's/# Version //p')" "$rounds" "${pin:-none}"
-printf '%-34s %16s %12s %18s %12s\n' "tool" "8 B latency (us)" "ratio" "1 MiB bw (MB/s)" "ratio"
-row() { awk -v n="$1" -v l="$2" -v b="$3" -v l0="${m[ucx_lat]}" -v b0="${m[ucx_bw]}" \
-    'BEGIN { printf "%-34s %16.2f %12.3f %18.1f %12.3f\n", n, l, l / l0, b, b / b0 }'; }
-row "ucx_perftest (UCX_TLS=tcp, lo)" "${m[ucx_lat]}" "${m[ucx_bw]}"
-row "multirail, 1 rail" "${m[mr1_lat]}" "${m[mr1_bw]}"
-row "multirail, 2 rails (default)" "${m[mr2_lat]}" "${m[mr2_bw]}"
-echo "# all values: ucx_lat${v[ucx_lat]} | mr1_lat${v[mr1_lat]} | mr2_lat${v[mr2_lat]}"
-echo "# all values: ucx_bw${v[ucx_bw]} | mr1_bw${v[mr1_bw]} | mr2_bw${v[mr2_bw]}"
+printf '# ucx_perftest %s vs multirail, %s, %s rounds, medians (pin: %s)\n' \
+    "$(ucx_info -v | sed -n 's/# Version //p')" "$where" "$rounds" "${pin:-none}"
+printf '%-50s %15s %8s %15s %8s %16s %8s\n' "tool" "8 B mean (us)" "ratio" "8 B p50 (us)" "ratio" "1 MiB bw (MB/s)" "ratio"
+row() { # LABEL KEY
+    awk -v n="$1" -v l="${m[$2_lat]}" -v l5="${m[$2_lat50]}" -v b="${m[$2_bw]:--}" \
+        -v l0="${m[ucx_lat]}" -v l50="${m[ucx_lat50]}" -v b0="${m[ucx_bw]:--}" 'BEGIN {
+        bw = (b == "-") ? sprintf("%16s %8s", "-", "-") : sprintf("%16.1f %8.3f", b, b / b0)
+        printf "%-50s %15.2f %8.3f %15.2f %8.3f %s\n", n, l, l / l0, l5, l5 / l50, bw }'
+}
+row "ucx_perftest (${ucxenv// /, })" ucx
+for i in "${!bins[@]}"; do
+    name=multirail; [ ${#bins[@]} -gt 1 ] && name="multirail $i"
+    row "$name, 1 rail" "mr${i}_1"
+    row "$name, 2 rails (default)" "mr${i}_2"
+done
+[ ${#bins[@]} -gt 1 ] && for i in "${!bins[@]}"; do echo "# multirail $i: ${bins[$i]}"; done
+for k in $(printf '%s\n' "${!v[@]}" | sort); do echo "# all values: $k${v[$k]}"; done

@@ -12,9 +12,11 @@ Subcommands (each prints to stdout; errors go to stderr with exit status 1):
                            B/s) with every digit (the MB/s column has two)
   mr FILE [FIELD]          multirail `bench --json` lines: "SIZE VALUE";
                            FIELD (default value) e.g. msg_rate for mbw_mr
-  ucx FILE bw|lat [SIZE]   ucx_perftest -f: the final bandwidth in MB/s
-                           (10^6 B; ucx_perftest prints MiB/s) or the mean
-                           latency in us. With SIZE (bytes), bandwidth is
+  ucx FILE bw|lat|lat50 [SIZE]
+                           ucx_perftest -f: the final bandwidth in MB/s
+                           (10^6 B; ucx_perftest prints MiB/s), the mean
+                           latency in us, or (lat50) its typical (median)
+                           latency. With SIZE (bytes), bandwidth is
                            the message rate x SIZE, which keeps the digits
                            the 2-decimal MiB/s column loses for tiny messages
   iperf3 FILE uni|bidir    iperf3 -J: receiver goodput in MB/s (bidir: both
@@ -108,6 +110,8 @@ def cmd_ucx(path, kind, size=None):
         die(f"no ucx_perftest result line in {path}")
     if kind == "lat":
         print(last[3])
+    elif kind == "lat50":
+        print(last[1])
     elif size is not None:
         try:
             nbytes = int(size)
@@ -523,7 +527,7 @@ def main(argv):
             cmd_osu(*args)
         elif cmd == "mr" and len(args) in (1, 2):
             cmd_mr(*args)
-        elif cmd == "ucx" and len(args) in (2, 3) and args[1] in ("bw", "lat"):
+        elif cmd == "ucx" and len(args) in (2, 3) and args[1] in ("bw", "lat", "lat50"):
             cmd_ucx(*args)
         elif cmd == "iperf3" and len(args) == 2 and args[1] in ("uni", "bidir"):
             cmd_iperf3(*args)
