@@ -14,6 +14,10 @@ use mio::{Interest, Registry, Token};
 
 use crate::shared::{Inner, Serviced, Shared, Wake};
 
+/// What a wait waits for: checked with the shared state locked (it may
+/// take what it found, such as a completion).
+pub(crate) type Done<'a> = dyn FnMut(&mut Inner) -> bool + 'a;
+
 /// Longest a driver sleeps with nothing to do (bounds timer slack).
 pub const MAX_SLEEP: Duration = Duration::from_millis(100);
 
@@ -227,12 +231,7 @@ impl Engine {
 
     /// Blocks until `done` (checked with the shared state locked) or
     /// `deadline`; returns `done`.
-    pub fn wait_until(
-        &self,
-        shared: &Shared,
-        done: &mut dyn FnMut(&mut Inner) -> bool,
-        deadline: Option<Instant>,
-    ) -> bool {
+    pub fn wait_until(&self, shared: &Shared, done: &mut Done<'_>, deadline: Option<Instant>) -> bool {
         // A wait ends a burst of `isend`s: what they left is written now
         // (also when what it waits for is done already).
         if shared.burst.load(Ordering::Relaxed) > 0 && shared.burst.swap(0, Ordering::Relaxed) > 0 {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
 
-use super::{MioWaker, Registration, sleep_for};
-use crate::shared::{Inner, Shared};
+use super::{Done, MioWaker, Registration, sleep_for};
+use crate::shared::Shared;
 
 const WAKE: Token = Token(usize::MAX);
 
@@ -152,12 +152,7 @@ impl Polled {
         lp.waiters.load(Ordering::Acquire) == 0 && since < HANDOFF
     }
 
-    pub fn wait_until(
-        &self,
-        shared: &Shared,
-        done: &mut dyn FnMut(&mut Inner) -> bool,
-        deadline: Option<Instant>,
-    ) -> bool {
+    pub fn wait_until(&self, shared: &Shared, done: &mut Done<'_>, deadline: Option<Instant>) -> bool {
         let lp = &self.lp;
         lp.waiters.fetch_add(1, Ordering::AcqRel);
         // One clock reading per round, taken after `done` said no (a wait

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Token};
 
 use super::polled::{self, PollState};
-use super::{Registration, sleep_for};
-use crate::shared::{Inner, Shared, Wake};
+use super::{Done, Registration, sleep_for};
+use crate::shared::{Shared, Wake};
 
 const WAKE: Token = Token(usize::MAX);
 
@@ -147,12 +147,7 @@ impl Threaded {
     /// Waits until `done` (checked with the shared state locked) or
     /// `deadline`: runs the loop itself for the spin time, then sleeps
     /// until the IO threads complete something.
-    pub fn wait_until(
-        &self,
-        shared: &Shared,
-        done: &mut dyn FnMut(&mut Inner) -> bool,
-        deadline: Option<Instant>,
-    ) -> bool {
+    pub fn wait_until(&self, shared: &Shared, done: &mut Done<'_>, deadline: Option<Instant>) -> bool {
         let start = Instant::now();
         let spin_until = start + self.spin;
         self.gate.spinning.fetch_add(1, Ordering::SeqCst);
@@ -308,7 +303,7 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
 }
 
 /// Sleeps until `done` (checked whenever requests complete) or `deadline`.
-fn sleep_until(shared: &Shared, done: &mut dyn FnMut(&mut Inner) -> bool, deadline: Option<Instant>) -> bool {
+fn sleep_until(shared: &Shared, done: &mut Done<'_>, deadline: Option<Instant>) -> bool {
     let mut g = shared.lock();
     loop {
         if done(&mut g) {
