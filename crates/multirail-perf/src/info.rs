@@ -21,6 +21,9 @@ pub struct RunInfo {
     /// How long a waiting thread busy-polls, in microseconds
     /// (MULTIRAIL_SPIN_US; from an endpoint, the value in force).
     pub spin_us: u64,
+    /// Small messages to a one-rail peer take the direct path
+    /// (MULTIRAIL_DIRECT).
+    pub direct: bool,
     pub window: u32,
     pub pairs: u32,
     pub validate: bool,
@@ -41,6 +44,7 @@ impl RunInfo {
             chunk: cfg.proto.chunk,
             checksum: cfg.proto.checksum,
             spin_us: u64::try_from(cfg.spin.as_micros()).unwrap_or(u64::MAX),
+            direct: cfg.proto.direct_eager,
             window: spec.window,
             pairs: spec.pairs,
             validate: spec.validate,

@@ -120,6 +120,7 @@ mod tests {
             chunk: 262144,
             checksum: false,
             spin_us: 200,
+            direct: true,
             window: 64,
             pairs: 1,
             validate: true,

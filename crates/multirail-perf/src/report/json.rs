@@ -65,6 +65,10 @@ pub struct JsonConfig {
     /// Busy-poll time of a waiting thread in microseconds.
     #[serde(default)]
     pub spin_us: u64,
+    /// The direct path for small messages (MULTIRAIL_DIRECT; absent in
+    /// output of older versions, which had none).
+    #[serde(default)]
+    pub direct: bool,
     pub window: u32,
     pub pairs: u32,
     pub validate: bool,
@@ -85,6 +89,7 @@ impl JsonConfig {
             chunk: info.chunk,
             checksum: info.checksum,
             spin_us: info.spin_us,
+            direct: info.direct,
             window: info.window,
             pairs: info.pairs,
             validate: info.validate,
@@ -168,6 +173,7 @@ mod tests {
             chunk: 262144,
             checksum: false,
             spin_us: 200,
+            direct: true,
             window: 64,
             pairs: 1,
             validate: false,
@@ -176,7 +182,7 @@ mod tests {
         }
     }
 
-    const CONFIG: &str = r#""config":{"rails":["tcp:127.0.0.1","tcp:127.0.0.2"],"policy":"*:adaptive","progress":"threaded","eager_limit":65536,"chunk":262144,"checksum":false,"spin_us":200,"window":64,"pairs":1,"validate":false,"version":"0.1.0"}"#;
+    const CONFIG: &str = r#""config":{"rails":["tcp:127.0.0.1","tcp:127.0.0.2"],"policy":"*:adaptive","progress":"threaded","eager_limit":65536,"chunk":262144,"checksum":false,"spin_us":200,"direct":true,"window":64,"pairs":1,"validate":false,"version":"0.1.0"}"#;
 
     #[test]
     fn latency_line_has_percentiles() {

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! # multirail OSU-style Bandwidth Test v0.1.0
-//! # rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: *:adaptive  progress: polled  eager-limit: 64K  chunk: 256K  checksum: off  spin: 200us
+//! # rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: *:adaptive  progress: polled  eager-limit: 64K  chunk: 256K  checksum: off  spin: 200us  direct: on
 //! # [ window size: 64 ]
 //! # Size      Bandwidth (MB/s)
 //! 1                       2.89
@@ -52,14 +52,15 @@ pub fn table(info: &RunInfo, results: &[SizeResult], opts: &TableOptions) -> Str
 pub fn header(info: &RunInfo, opts: &TableOptions) -> String {
     let mut out = format!("# multirail OSU-style {} v{}\n", info.test.title(), info.version);
     out.push_str(&format!(
-        "# rails: {}  policy: {}  progress: {}  eager-limit: {}  chunk: {}  checksum: {}  spin: {}us\n",
+        "# rails: {}  policy: {}  progress: {}  eager-limit: {}  chunk: {}  checksum: {}  spin: {}us  direct: {}\n",
         info.rails.join(","),
         info.policy,
         info.progress,
         format_size(info.eager_limit),
         format_size(info.chunk),
         if info.checksum { "on" } else { "off" },
-        info.spin_us
+        info.spin_us,
+        if info.direct { "on" } else { "off" }
     ));
     match info.test {
         // OSU's own line (osu_mbw_mr.c).
@@ -177,6 +178,7 @@ mod tests {
             chunk: 256 << 10,
             checksum: false,
             spin_us: 200,
+            direct: true,
             window: 64,
             pairs: 2,
             validate: false,
@@ -200,7 +202,7 @@ mod tests {
         }
     }
 
-    const CONFIG: &str = "# rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: 16K:single,*:adaptive  progress: polled  eager-limit: 64K  chunk: 256K  checksum: off  spin: 200us\n";
+    const CONFIG: &str = "# rails: tcp:127.0.0.1,tcp:127.0.0.2  policy: 16K:single,*:adaptive  progress: polled  eager-limit: 64K  chunk: 256K  checksum: off  spin: 200us  direct: on\n";
 
     #[test]
     fn latency_table_is_osus() {
