@@ -769,11 +769,7 @@ impl Endpoint {
 
     /// Makes progress until `done` (checked with the shared state locked)
     /// or `deadline`; returns `done`.
-    pub(crate) fn wait_for(
-        &self,
-        done: &mut dyn FnMut(&mut crate::shared::Inner) -> bool,
-        deadline: Instant,
-    ) -> Result<bool, Error> {
+    pub(crate) fn wait_for(&self, done: &mut crate::engine::Done<'_>, deadline: Instant) -> Result<bool, Error> {
         Ok(self.engine()?.wait_until(&self.shared, done, Some(deadline)))
     }
 

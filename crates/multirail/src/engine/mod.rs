@@ -164,10 +164,7 @@ impl Registration {
             return;
         }
         if let Some(fd) = self.fd {
-            let interest = if self.write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-            if registry.register(&mut SourceFd(&fd), token, interest).is_err() {
-                let _ = registry.reregister(&mut SourceFd(&fd), token, interest);
-            }
+            add(registry, fd, token, interest(self.write));
         }
     }
 
@@ -182,7 +179,7 @@ impl Registration {
             self.write = st.want_write;
             return;
         }
-        let interest = if st.want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+        let interest = interest(st.want_write);
         match (self.fd, fd) {
             (Some(old), Some(new)) if old == new && self.write == st.want_write => {}
             (Some(old), Some(new)) if old == new => {
@@ -195,9 +192,7 @@ impl Registration {
                     // The old socket may already be closed (and removed).
                     let _ = registry.deregister(&mut SourceFd(&o));
                 }
-                if registry.register(&mut SourceFd(&new), token, interest).is_err() {
-                    let _ = registry.reregister(&mut SourceFd(&new), token, interest);
-                }
+                add(registry, new, token, interest);
             }
             (Some(o), None) => {
                 let _ = registry.deregister(&mut SourceFd(&o));
@@ -206,6 +201,20 @@ impl Registration {
         }
         self.fd = fd;
         self.write = st.want_write;
+    }
+}
+
+/// What a slot's descriptor is watched for: reading, and writing while
+/// bytes wait for room in the socket.
+fn interest(write: bool) -> Interest {
+    if write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE }
+}
+
+/// Adds `fd` to the epoll set (or, if epoll still holds it, changes its
+/// registration).
+fn add(registry: &Registry, fd: RawFd, token: Token, interest: Interest) {
+    if registry.register(&mut SourceFd(&fd), token, interest).is_err() {
+        let _ = registry.reregister(&mut SourceFd(&fd), token, interest);
     }
 }
 
