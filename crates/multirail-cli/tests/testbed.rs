@@ -2,7 +2,8 @@
 //! with the reason otherwise): validated transfers of assorted sizes with
 //! both progress engines, and rails that fail silently (`ip link set
 //! down`, which tells TCP nothing) in every way issue 8 lists: for good on
-//! either side, for seconds, before the job starts, two of three one after
+//! either side, for seconds, under lone small messages whose other rail was
+//! never opened, before the job starts, two of three one after
 //! the other, every rail at once for less than the peer timeout (the job
 //! pauses) and for good (the job ends, naming the silent rank), and random
 //! losses of random length; and a group of three members that rides out a
@@ -247,6 +248,53 @@ fn permanent_silent_loss_on_either_side() {
             assert!(rails[1].2 >= 1, "rail 1 was routed around (suspect): {err}");
         }
         assert_eq!(rails[1].1, 0, "silence is not a connection failure: {err}");
+    }
+}
+
+/// Lone small messages use only the pair's preferred rail (rail 1 for
+/// ranks 0 and 1), and with connections on demand rail 0 is never opened.
+/// That rail goes silent for good on either side, and for seconds: the
+/// job must connect rail 0 and go on over it (before 2026-11-28 it waited
+/// for the link, and a link lost for good failed the job at the peer
+/// timeout). Every message validated.
+#[test]
+fn small_messages_move_when_their_only_connected_rail_goes_silent() {
+    let Some(tb) = Testbed::up("s", "1gbit") else { return };
+    for spec in ["1@300ms:for=forever:side=host0", "1@300ms:for=forever:side=host1", "1@300ms:for=3s"] {
+        let args = [
+            "bench",
+            "latency",
+            "--testbed",
+            "--testbed-prefix",
+            &tb.0,
+            "--pin",
+            "0,1",
+            "--validate",
+            "--sizes",
+            "8",
+            "--iterations",
+            "40000",
+            "--warmup",
+            "10",
+            "--rail-stats",
+            "--fail-rail",
+            spec,
+        ];
+        let o = bounded(multirail(&args), Duration::from_secs(120), spec);
+        let err = check(&o, spec);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let cols: Vec<&str> = out.lines().last().unwrap_or_default().split_whitespace().collect();
+        // Size, latency, Validation, rail0 MB, rail0 %, rail1 MB, rail1 %.
+        assert_eq!(cols.get(2), Some(&"Pass"), "{spec}: {out}");
+        assert!(
+            err.contains("# fail-rail: rail 1") && err.contains("down at"),
+            "{spec}: the rail went down in the run: {err}"
+        );
+        let rails = rail_lines(&err);
+        assert_eq!(rails.len(), 2, "{err}");
+        assert!(rails[0].0 > 0.0, "{spec}: rail 0 was opened and carried the messages: {out}{err}");
+        assert!(rails[1].2 >= 1, "{spec}: rail 1 was routed around (suspect): {err}");
+        assert_eq!(rails[1].1, 0, "{spec}: silence is not a connection failure: {err}");
     }
 }
 

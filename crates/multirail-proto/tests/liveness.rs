@@ -559,6 +559,7 @@ fn a_dead_link_is_blamed_within_tens_of_milliseconds_when_the_other_rail_is_idle
     assert!(worst <= ms(60), "the dead link held a message {worst:?}");
     assert!(st[idle].tx_frames >= idle_frames + 100, "the messages moved: {st:?}");
     assert_eq!(count(&sim, |(_, e)| matches!(e, Event::PeerFailed { .. })), 0);
+    assert!(sim.nodes[0].direct_sent() >= 100, "small messages took the direct path");
 }
 
 #[test]
@@ -591,4 +592,120 @@ fn idle_connections_cost_nothing() {
     sim.run_for(Duration::from_secs(120));
     assert_eq!(sim.frames, before, "frames sent while idle");
     assert_eq!(sim.log.len(), log, "{:?}", &sim.log[log..]);
+}
+
+#[test]
+fn a_dead_link_under_small_messages_with_connections_on_demand() {
+    // Connections open on first use: one small message at a time needs
+    // only the pair's preferred rail, so the other is never connected.
+    // When the preferred rail's link dies silently, the messages must
+    // still move within tens of milliseconds (the other rail is connected
+    // and the dead one blamed), not wait for the link or the peer timeout.
+    // Either path of a small message: direct or general.
+    for direct_eager in [true, false] {
+        let mut sim = Sim::unconnected(2, &rails(2), Config { direct_eager, ..cfg() });
+        let one = |sim: &mut Sim, k: u64| {
+            let t0 = sim.now;
+            let r = sim.irecv(1, Some(0), Some(k), 8);
+            let s = sim.isend(0, 1, k, Bytes::from(pattern(k, 8)));
+            assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)), "message {k}");
+            match sim.take(1, r) {
+                Some(Done::Recv(Ok(st), buf)) => assert_eq!((st.tag, &buf[..8]), (k, &pattern(k, 8)[..])),
+                other => panic!("message {k}: {other:?}"),
+            }
+            sim.run_for(ms(1));
+            sim.now - t0
+        };
+        for k in 0..50 {
+            one(&mut sim, k);
+        }
+        let st = stats(&sim, 0, 1);
+        assert_eq!(st.iter().filter(|r| r.up).count(), 1, "one rail opened: {st:?}");
+        assert_eq!(sim.nodes[0].direct_sent() > 0, direct_eager);
+        let busy = if st[0].up { 0 } else { 1 };
+        sim.link_down(0, 1, busy);
+        let worst = (50..150).map(|k| one(&mut sim, k)).max().expect("some");
+        let st = stats(&sim, 0, 1);
+        eprintln!("dead preferred link, on demand, direct {direct_eager}: worst message {worst:?}; rails {st:?}");
+        assert!(st[busy].suspect && st[1 - busy].up, "{st:?}");
+        assert!(worst <= ms(60), "the dead link held a message {worst:?}");
+        assert_eq!(count(&sim, |(_, e)| matches!(e, Event::PeerFailed { .. })), 0);
+    }
+}
+
+/// One validated 8 B message from rank 0 to rank 1 (tag `k`), then 1 ms
+/// of quiet; returns how long the message took. A link outage due to end
+/// (`up`: when, which rail) ends while the message waits.
+fn small_one(sim: &mut Sim, k: u64, up: &mut Option<(Time, usize)>) -> Duration {
+    let t0 = sim.now;
+    let r = sim.irecv(1, Some(0), Some(k), 8);
+    let s = sim.isend(0, 1, k, Bytes::from(pattern(k, 8)));
+    let done = move |x: &Sim| x.is_done(1, r) && x.is_done(0, s);
+    if let Some((at, rail)) = *up
+        && !sim.run_until(at.since(sim.now), done)
+    {
+        sim.link_up(0, 1, rail);
+        *up = None;
+    }
+    assert!(sim.run_until(Duration::from_secs(5), done), "message {k}");
+    match sim.take(1, r) {
+        Some(Done::Recv(Ok(st), buf)) => assert_eq!((st.tag, &buf[..8]), (k, &pattern(k, 8)[..])),
+        other => panic!("message {k}: {other:?}"),
+    }
+    sim.run_for(ms(1));
+    sim.now - t0
+}
+
+#[test]
+fn small_messages_across_every_outage_length_of_their_rail() {
+    // The sweep of the 1 MiB streams above, for lone small messages: the
+    // pair's rail goes silent for less than the retransmission timeout,
+    // longer than it but less than `replace_after`, for seconds, and for
+    // good; with both rails connected and with the other rail never
+    // opened (connections on demand). No message may wait for the link,
+    // none is lost, duplicated or reordered (each receive names its tag),
+    // and nothing fails.
+    for connected in [true, false] {
+        for outage in [Some(ms(5)), Some(ms(300)), Some(ms(3000)), None] {
+            let mut sim = if connected { Sim::new(2, &rails(2), cfg()) } else { Sim::unconnected(2, &rails(2), cfg()) };
+            let mut k = 0;
+            while k < 50 {
+                small_one(&mut sim, k, &mut None);
+                k += 1;
+            }
+            let st = stats(&sim, 0, 1);
+            let busy = if st[0].tx_frames >= st[1].tx_frames { 0 } else { 1 };
+            sim.link_down(0, 1, busy);
+            let t_fail = sim.now;
+            let mut up = outage.map(|d| (t_fail + d, busy));
+            let mut worst = Duration::ZERO;
+            let until = t_fail + outage.unwrap_or(ms(1000));
+            while sim.now < until {
+                worst = worst.max(small_one(&mut sim, k, &mut up));
+                k += 1;
+            }
+            if let Some((_, rail)) = up {
+                sim.link_up(0, 1, rail);
+            }
+            for _ in 0..50 {
+                worst = worst.max(small_one(&mut sim, k, &mut None));
+                k += 1;
+            }
+            let st = stats(&sim, 0, 1);
+            eprintln!("connected {connected}, outage {outage:?}: {k} messages, worst {worst:?}; rails {st:?}");
+            let what = format!("connected {connected}, outage {outage:?}");
+            if outage == Some(ms(5)) {
+                assert!(worst <= ms(20), "{what}: a message waited {worst:?}");
+                assert_eq!(st[busy].suspects, 0, "{what}: shorter than the timeout, unnoticed: {st:?}");
+            } else {
+                assert!(worst <= ms(60), "{what}: a message waited {worst:?}");
+                assert!(st[busy].suspects >= 1, "{what}: routed around: {st:?}");
+            }
+            assert!(sim.nodes[0].direct_sent() > 0, "the direct path was taken");
+            let failures = count(&sim, |(_, e)| matches!(e, Event::PeerFailed { .. } | Event::RailDown { .. }));
+            assert_eq!(failures, 0, "{what}: silence is not a failure: {:?}", sim.log);
+            assert!(sim.run_until(ms(1000), |x| x.nodes[0].unacked_messages() == 0), "everything acknowledged");
+            sim.nodes[0].check_invariants().unwrap();
+        }
+    }
 }

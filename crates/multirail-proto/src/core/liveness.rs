@@ -4,7 +4,7 @@
 //! that owes us nothing:
 //!
 //! * **Suspect, from acknowledgements.** Every fragment written on a rail
-//!   has a deadline: the time the bytes queued ahead of it need at the
+//!   (and every direct send to a peer with several rails) has a deadline: the time the bytes queued ahead of it need at the
 //!   rail's measured rate, plus the retransmission timeout (RTO) of the
 //!   rail's *excess* round trip (what acknowledgements take beyond that
 //!   queueing), `max(rto_min, srtt + 4 rttvar)`. A fragment past its
@@ -29,8 +29,10 @@
 //!   pauses (and the peer timeout below still applies).
 //! * **Not the last rail.** Suspecting the only usable rail would move its
 //!   data nowhere: it is probed instead, and its overdue fragments wait
-//!   (TCP delivers them when the link returns). Once another rail answers
-//!   again, the overdue rail is suspected at once.
+//!   (TCP delivers them when the link returns). Rails never opened
+//!   (connections on demand: lone small messages open only the preferred
+//!   rail) are opened at its deadline. Once another rail answers again,
+//!   the overdue rail is suspected at once.
 //! * **Suspect is not down.** A suspect rail's unacknowledged fragments
 //!   and unanswered RTSs move to the other rails at once, the CTSs it
 //!   carried are sent again elsewhere, acknowledgements it owes travel
@@ -55,7 +57,7 @@ use bytes::Bytes;
 use crate::time::Time;
 use crate::wire::{Flags, FrameHeader, Op};
 
-use super::rail::{Handed, Overdue, Ping, RailState};
+use super::rail::{Handed, Overdue, Ping, RailState, SendStamp};
 use super::send::FragState;
 use super::{Config, Core, Event, Owed, Peer, PeerId, RailId, Transmit, push_wake};
 
@@ -79,18 +81,29 @@ pub(crate) fn rto(cfg: &Config, r: &RailState, now: Time) -> Duration {
     r.rtt.timeout(cfg.rto_min, RTO_INITIAL).max(r.slow.get(now))
 }
 
-/// When the oldest unacknowledged fragment written on `rail` is overdue.
+/// When the oldest unacknowledged fragment written on `rail` is overdue:
+/// of the general path's (its write log) or of the direct path's (to a
+/// peer with several rails, [`super::send::Direct::stamp`]), whichever
+/// is due first.
 pub(crate) fn rto_deadline(cfg: &Config, p: &Peer, rail: RailId) -> Option<Time> {
     let r = &p.rails[rail];
-    let (f, stamp) = r.written_log.iter().find_map(|f| {
+    let deadline = |len: u64, stamp: SendStamp| {
+        let drain = (stamp.queued + len) as f64 / r.drain_rate(stamp.sent_time);
+        stamp.sent_time + Duration::from_secs_f64(drain) + rto(cfg, r, stamp.sent_time)
+    };
+    let frag = r.written_log.iter().find_map(|f| {
         p.out
             .get(&f.seq)
             .and_then(|m| m.frags.get(&f.offset))
             .filter(|fr| fr.state == FragState::Written && fr.rail == rail)
-            .map(|fr| (fr, fr.stamp))
-    })?;
-    let drain = (stamp.queued + f.len as u64) as f64 / r.drain_rate(stamp.sent_time);
-    Some(stamp.sent_time + Duration::from_secs_f64(drain) + rto(cfg, r, stamp.sent_time))
+            .map(|fr| deadline(fr.len as u64, fr.stamp))
+    });
+    let direct =
+        p.direct.iter().find_map(|d| d.stamp.filter(|_| d.rail == rail).map(|s| deadline(d.data.len() as u64, s)));
+    match (frag, direct) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// When the PING in flight on `r` is overdue.
@@ -210,6 +223,17 @@ impl Core {
             {
                 at_least(&mut t, next_look(&self.cfg, r, d));
             }
+            // The last usable rail of several: at its deadline it gets a
+            // PING and the other rails are connected (`run_liveness`);
+            // nothing more to do at it once both are done.
+            if r.suspect_since.is_none()
+                && usable == 1
+                && p.rails.len() > 1
+                && (r.ping.is_none() || p.rails.iter().any(|x| !x.conn.wanted))
+                && let Some((d, _)) = rail_deadline(&self.cfg, p, i)
+            {
+                at_least(&mut t, d);
+            }
             if let Some(d) = p.probe_deadline(&self.cfg, i) {
                 at_least(&mut t, d);
             }
@@ -233,9 +257,14 @@ impl Core {
         let mut waits = Vec::new();
         let mut silent = Vec::new();
         let usable = p.rails.iter().filter(|r| r.usable()).count();
+        // The last usable rail is overdue: connect every other rail (with
+        // connections on demand a pair of small messages opens only its
+        // preferred rail), so that the data has somewhere to go.
+        let mut want_all = false;
         for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
             if r.suspect_since.is_none() && usable == 1 {
                 // The last usable rail: probe it, wait for it.
+                want_all |= rail_deadline(&self.cfg, p, i).is_some_and(|(d, _)| d <= now);
                 let overdue = rto_deadline(&self.cfg, p, i).is_some_and(|d| d <= now);
                 if overdue && r.ping.is_none() {
                     pings.push(i);
@@ -278,6 +307,9 @@ impl Core {
             pings.extend(p.rails.iter().enumerate().filter(|&(j, r)| j != i && r.usable()).map(|(j, _)| j));
         }
         let gone = p.has_work() && !self.closing && now.since(p.last_rx) >= self.cfg.peer_timeout;
+        if want_all && p.rails.iter().any(|r| !r.conn.wanted) {
+            self.want_rails(peer, None);
+        }
         let p = self.peers.get_mut(&peer).expect("checked");
         for (rail, o) in waits {
             let r = &mut p.rails[rail];

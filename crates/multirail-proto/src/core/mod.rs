@@ -722,6 +722,9 @@ impl Core {
             }
             for d in &p.direct {
                 inflight[d.rail] += d.data.len() as u64;
+                if d.stamp.is_some() {
+                    written[d.rail] += d.data.len() as u64;
+                }
             }
             if p.inc.contains_key(&p.next_match) {
                 // The small-message fast path relies on this.
@@ -918,9 +921,10 @@ impl Core {
         p.next_seq += 1;
         let len = data.len() as u64;
         if self.cfg.direct_eager
-            && let Some(rail) = p.direct_rail(len, &self.cfg)
+            && let Some(rail) = p.direct_rail(peer, len, &self.cfg)
         {
-            self.send_direct(peer, rail, req, seq, tag, data);
+            self.send_direct(peer, rail, seq, tag, data, now);
+            self.events.push_back(Event::SendDone { req, result: Ok(()) });
             return req;
         }
         p.out.insert(seq, OutMsg::new(req, seq, tag, data));
@@ -1037,6 +1041,7 @@ impl Core {
     pub fn poll_transmit(&mut self, peer: PeerId, rail: RailId, now: Time) -> Option<Transmit> {
         let (checksum, window, div) = (self.cfg.checksum, self.cfg.window_cfg(), self.cfg.ack_request_div);
         let p = self.peers.get_mut(&peer)?;
+        let several = p.rails.len() > 1;
         let r = p.rails.get_mut(rail)?;
         if !r.up {
             return None;
@@ -1050,7 +1055,7 @@ impl Core {
             // asks for acknowledgements as data does (a stream of them on a
             // wire otherwise waits for the delayed ones: 4 KiB on a 2 Gbit
             // testbed rail, 131 instead of 236 MB/s).
-            r.handed.push_back(rail::Handed::Ctrl);
+            r.handed.push_back(if several { rail::Handed::Direct { seq: d.header.seq } } else { rail::Handed::Ctrl });
             r.stats.tx_bytes += d.payload.len() as u64;
             r.stats.tx_frames += 1;
             r.stats.direct_frames += 1;

@@ -15,8 +15,17 @@ use super::{RailCaps, Transmit};
 /// `on_sent(n)` can tell which frames were written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Handed {
-    Frag { seq: u64, offset: u64 },
-    Ping { id: u64 },
+    Frag {
+        seq: u64,
+        offset: u64,
+    },
+    /// A direct send to a peer with several rails (stamped when written).
+    Direct {
+        seq: u64,
+    },
+    Ping {
+        id: u64,
+    },
     Ctrl,
 }
 

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use crate::sched::{MessageInfo, Plan, RailView, least_loaded};
+use crate::sched::{MessageInfo, Plan, PolicyKind, RailView, SPREAD_BACKLOG, least_loaded};
 use crate::time::Time;
 use crate::wire::{AckRepr, Flags, FrameHeader, Op, frame::payload_checksum};
 
@@ -55,6 +55,11 @@ pub(crate) struct Direct {
     pub tag: u64,
     pub data: Bytes,
     pub rail: RailId,
+    /// When it was written, to a peer with several rails (`Core::on_sent`):
+    /// its acknowledgement is a round-trip sample and its deadline finds a
+    /// silent rail, as a general fragment's does. `None` until written, and
+    /// always to a peer with one rail (nowhere to move it to).
+    pub stamp: Option<SendStamp>,
 }
 
 #[derive(Debug)]
@@ -142,55 +147,79 @@ impl OutMsg {
 
 impl Peer {
     /// The rail a message of `len` bytes may go on by the direct path, if
-    /// it may: the peer has one rail, usable, granted credits that cover
-    /// the message; nothing of the general path waits to be written (no
-    /// message waiting or partly scheduled, no fragment queued or to send
-    /// again, no RTS to repeat: the direct frame cannot overtake one); the
-    /// message is eager and one frame; the rail does not lose frames
-    /// silently (`RailCaps::may_lose`); the rail's bytes in flight stay
-    /// within the short window's floor (`Config::spread_window_min`; on a
-    /// rail that buffers by itself, its buffer, at most `rail_window`), as
-    /// the general path's stream of small messages would, or the rail is
-    /// empty. With several rails the general path schedules (and its
-    /// per-fragment send times find a silent rail); a message waiting
-    /// behind others keeps its turn there.
-    pub(crate) fn direct_rail(&self, len: u64, cfg: &super::Config) -> Option<RailId> {
-        let [r] = self.rails.as_slice() else { return None };
+    /// it may: the rail the general path would give it, and nothing of
+    /// what the general path would do differs.
+    ///
+    /// * The message is eager and one frame; the peer granted credits
+    ///   that cover it.
+    /// * Nothing of the general path waits to be written: no message
+    ///   waiting or partly scheduled, no fragment to send again, no RTS to
+    ///   repeat, nothing queued on the rail (the direct frame must not
+    ///   overtake one on its rail; written and unacknowledged ones may
+    ///   stay).
+    /// * The rail is usable and does not lose frames silently
+    ///   (`RailCaps::may_lose`: only the general path's bookkeeping finds
+    ///   a lost frame).
+    /// * One rail: its bytes in flight stay within the short window's
+    ///   floor (`Config::spread_window_min`; on a rail that buffers by
+    ///   itself, its buffer, at most `rail_window`), as the general path's
+    ///   stream of small messages would, or the rail is empty.
+    /// * Several rails: the message's policy tier is `spread` or `single`,
+    ///   and the rail is the pair's preferred one among the usable rails
+    ///   with less than [`SPREAD_BACKLOG`] in flight: where `spread` puts a
+    ///   lone message. Beyond that backlog the general path spreads whole
+    ///   messages over every rail. Its frame is stamped when written
+    ///   ([`Direct::stamp`]), so a silent rail is found as the general
+    ///   path finds it.
+    pub(crate) fn direct_rail(&self, peer: PeerId, len: u64, cfg: &super::Config) -> Option<RailId> {
         let max_frame = u64::from(cfg.limits.max_frame);
         let fits = len <= cfg.eager_limit && len <= self.chunk(cfg.chunk, max_frame) && len <= max_frame;
-        let room = if r.caps.host_local {
-            r.caps.buffer.max(cfg.spread_window_min).min(cfg.rail_window)
-        } else {
-            cfg.spread_window_min
-        };
-        // Nothing of the general path waits to go out: the direct frame
-        // cannot overtake one (written and unacknowledged ones may stay).
         let clear = self.waiting.is_empty()
             && self.sending.first().is_none()
             && self.retx.is_empty()
-            && self.rts_again.is_empty()
-            && r.data.is_empty();
-        (fits
-            && clear
-            && (r.inflight == 0 || r.inflight + len <= room)
-            && r.usable()
-            && !r.caps.may_lose
-            && self.credit_grant.is_some()
-            && self.credits() >= len + MESSAGE_OVERHEAD)
-            .then_some(0)
+            && self.rts_again.is_empty();
+        if !(fits && clear && self.credit_grant.is_some() && self.credits() >= len + MESSAGE_OVERHEAD) {
+            return None;
+        }
+        let (rail, room_ok) = if let [r] = self.rails.as_slice() {
+            let room = if r.caps.host_local {
+                r.caps.buffer.max(cfg.spread_window_min).min(cfg.rail_window)
+            } else {
+                cfg.spread_window_min
+            };
+            (0, r.inflight == 0 || r.inflight + len <= room)
+        } else {
+            if !matches!(cfg.policy.lookup(len), PolicyKind::Spread | PolicyKind::Single) {
+                return None;
+            }
+            let rail = self.nth_usable(cfg.rank as usize + peer as usize)?;
+            (rail, self.rails[rail].inflight < SPREAD_BACKLOG)
+        };
+        let r = &self.rails[rail];
+        (room_ok && r.data.is_empty() && r.usable() && !r.caps.may_lose).then_some(rail)
+    }
+
+    /// The `(n mod usable rails)`-th usable rail: the preferred rail of
+    /// `spread` and `single` (`sched::nth_up` over the rails' views).
+    fn nth_usable(&self, n: usize) -> Option<RailId> {
+        let count = self.rails.iter().filter(|r| r.usable()).count();
+        if count == 0 {
+            return None;
+        }
+        self.rails.iter().enumerate().filter(|(_, r)| r.usable()).nth(n % count).map(|(i, _)| i)
     }
 }
 
 impl Core {
     /// The direct path of [`Core::isend`] (the caller checked
     /// [`Peer::direct_rail`]): the eager frame goes into `rail`'s direct
-    /// queue (after its control frames, before its data fragments), its
-    /// bytes count in the rail's bytes in flight, and the send is
-    /// complete: its bytes are the rail's now. The message is kept in
+    /// queue (after its control frames, before its data fragments) and its
+    /// bytes count in the rail's bytes in flight; the caller completes the
+    /// send: its bytes are the rail's now. The message is kept in
     /// `Peer::direct` until the peer's delivered prefix covers it; if its
     /// rail fails first, [`Core::requeue_rail`] turns it into a general
     /// message to send again.
-    pub(crate) fn send_direct(&mut self, peer: PeerId, rail: RailId, req: ReqId, seq: u64, tag: u64, data: Bytes) {
+    pub(crate) fn send_direct(&mut self, peer: PeerId, rail: RailId, seq: u64, tag: u64, data: Bytes, now: Time) {
         let checksum = self.cfg.checksum;
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let len = data.len() as u64;
@@ -204,13 +233,22 @@ impl Core {
             h.flags = h.flags.with(Flags::CHECKSUM);
             h.checksum = payload_checksum(&data);
         }
+        let several = p.rails.len() > 1;
         let r = &mut p.rails[rail];
         r.direct.push_back(Transmit { header: h, payload: data.clone() });
         r.inflight += len;
-        p.direct.push_back(Direct { seq, tag, data, rail });
+        if several {
+            // As `schedule` would: the rail was used now, and a rail that
+            // carries messages is one to keep connected.
+            r.last_used = Some(now);
+            if !r.conn.wanted {
+                r.conn.wanted = true;
+                self.connect_dirty = true;
+            }
+        }
+        p.direct.push_back(Direct { seq, tag, data, rail, stamp: None });
         push_wake(&mut self.wakeups, peer, rail);
         self.direct_tx += 1;
-        self.events.push_back(Event::SendDone { req, result: Ok(()) });
     }
 
     /// Starts waiting messages, re-sends orphaned fragments and RTSs and
@@ -351,6 +389,17 @@ impl Core {
                     Self::ping_written(r, id, now);
                     continue;
                 }
+                Handed::Direct { seq } => {
+                    // A peer with several rails: stamped like a fragment.
+                    if let Ok(i) = p.direct.binary_search_by_key(&seq, |d| d.seq) {
+                        let d = &mut p.direct[i];
+                        if d.rail == rail && d.stamp.is_none() {
+                            d.stamp = Some(r.est.on_send(now, r.written_unacked == 0, r.written_unacked));
+                            r.written_unacked += d.data.len() as u64;
+                        }
+                    }
+                    continue;
+                }
                 Handed::Ctrl => continue,
             };
             let Some(m) = p.out.get_mut(&seq) else { continue };
@@ -446,8 +495,20 @@ impl Core {
             if range.seq >= p.next_seq {
                 return Err(ProtocolError::BogusAck { seq: range.seq });
             }
-            let Some(m) = p.out.get_mut(&range.seq) else { continue };
             let end = range.offset + range.len as u64;
+            let Some(m) = p.out.get_mut(&range.seq) else {
+                // A direct send that arrived while an earlier message
+                // holds the delivered prefix back: released as the general
+                // path releases a message acknowledged by its ranges.
+                if let Ok(i) = p.direct.binary_search_by_key(&range.seq, |d| d.seq)
+                    && range.offset == 0
+                    && end >= p.direct[i].data.len() as u64
+                {
+                    let d = p.direct.remove(i).expect("index from the search");
+                    ack_direct(&mut p.rails, &d, now);
+                }
+                continue;
+            };
             // `max(offset + 1)`: an empty range acknowledges the empty
             // fragment of an empty message.
             for (&off, f) in m.frags.range_mut(range.offset..end.max(range.offset + 1)) {
@@ -499,8 +560,7 @@ impl Core {
         p.acked_prefix = prefix;
         while p.direct.front().is_some_and(|d| d.seq < prefix) {
             let d = p.direct.pop_front().expect("front checked");
-            let r = &mut p.rails[d.rail];
-            r.inflight = r.inflight.saturating_sub(d.data.len() as u64);
+            ack_direct(&mut p.rails, &d, now);
         }
         let mut touched = [false; 8];
         let mut touched_more = false;
@@ -574,7 +634,7 @@ impl Core {
                     state: FragState::Written,
                     ever_written: true,
                     retransmit: false,
-                    stamp: SendStamp::default(),
+                    stamp: d.stamp.unwrap_or_default(),
                 },
             );
             p.out.insert(d.seq, m);
@@ -612,21 +672,39 @@ impl Core {
 fn ack_frag(rails: &mut [super::rail::RailState], f: &mut Frag, now: Time) {
     let r = &mut rails[f.rail];
     match f.state {
-        FragState::Written => {
-            r.inflight = r.inflight.saturating_sub(f.len as u64);
-            r.written_unacked = r.written_unacked.saturating_sub(f.len as u64);
-            r.est.on_ack(f.len as u64, &f.stamp, now);
-            if !f.retransmit {
-                let rtt = now.since(f.stamp.sent_time);
-                r.rtt.sample_raw(rtt);
-                let queue = (f.stamp.queued + f.len as u64) as f64 / r.drain_rate(now);
-                r.rtt.sample(rtt.saturating_sub(std::time::Duration::from_secs_f64(queue)));
-            }
-        }
+        FragState::Written => ack_written(r, f.len as u64, &f.stamp, !f.retransmit, now),
         FragState::Queued => r.inflight = r.inflight.saturating_sub(f.len as u64),
         FragState::Orphaned | FragState::Acked => {}
     }
     f.state = FragState::Acked;
+}
+
+/// Bytes written with `stamp` were acknowledged: they leave the rail's
+/// window and feed its rate estimator, and its round-trip estimator when
+/// `sample` (not for re-sent bytes: their acknowledgement may be for
+/// either copy).
+fn ack_written(r: &mut super::rail::RailState, len: u64, stamp: &SendStamp, sample: bool, now: Time) {
+    r.inflight = r.inflight.saturating_sub(len);
+    r.written_unacked = r.written_unacked.saturating_sub(len);
+    r.est.on_ack(len, stamp, now);
+    if sample {
+        let rtt = now.since(stamp.sent_time);
+        r.rtt.sample_raw(rtt);
+        let queue = (stamp.queued + len) as f64 / r.drain_rate(now);
+        r.rtt.sample(rtt.saturating_sub(std::time::Duration::from_secs_f64(queue)));
+    }
+}
+
+/// A direct send was acknowledged (by a range or the delivered prefix):
+/// its bytes leave the rail's window, and a stamped one is a sample as a
+/// written fragment is.
+fn ack_direct(rails: &mut [super::rail::RailState], d: &Direct, now: Time) {
+    let r = &mut rails[d.rail];
+    let len = d.data.len() as u64;
+    match &d.stamp {
+        Some(stamp) => ack_written(r, len, stamp, true, now),
+        None => r.inflight = r.inflight.saturating_sub(len),
+    }
 }
 
 /// Drops acknowledged entries from the front of `rail`'s write log (they
