@@ -8,7 +8,7 @@ use common::*;
 use multirail::{Builder, Bytes, BytesMut, Endpoint, Finished, Progress, Request, ShmMode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn exchange(nrails: usize, progress: Progress, policy: &str, seed: u64, count: usize) {
     exchange_on(&rails(nrails), progress, policy, seed, count)
@@ -622,15 +622,38 @@ fn a_spinning_waiter_over_shm_is_never_rung() {
 }
 
 /// A spinning waiter whose message is late gives its CPU away between
-/// rounds (`sched_yield`), so a peer that shares its CPU gets to run and
-/// send it: two unpinned ranks the kernel had put on one CPU took a whole
-/// spin (200 us) per message before, about 25 us with it (docs/benchmarks.md).
+/// rounds (`sched_yield`) when threads wait for a CPU, so a peer that
+/// shares its CPU gets to run and send it: two unpinned ranks the kernel
+/// had put on one CPU took a whole spin (200 us) per message before, about
+/// 25 us with it (docs/benchmarks.md). Here the machine is made crowded
+/// (one busy thread more than it has CPUs, for the length of the job).
 /// Rank 0 spins in a receive that rank 1 answers 5 ms after it asked;
 /// should rank 0 be preempted for all of that between its request and its
 /// receive (the message then there at once), the exchange is tried again,
 /// up to 5 times. Both engines.
 #[test]
-fn a_spinning_waiter_yields_its_cpu_once_its_wait_is_long() {
+fn a_spinning_waiter_yields_its_cpu_once_its_wait_is_long_on_a_crowded_machine() {
+    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| multirail::cpus::parse_list(s.trim()))
+        .map_or(2, |v| v.len());
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..=cpus {
+            s.spawn(|| {
+                // Bounded: the job ends it, or 20 s do.
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(20) {
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        yields_in_long_waits();
+        stop.store(true, Ordering::Relaxed);
+    });
+}
+
+fn yields_in_long_waits() {
     for progress in [Progress::Polled, Progress::Threaded] {
         let yields = job(
             2,

@@ -29,7 +29,8 @@ pub(crate) const TIMER_RECHECK: Duration = Duration::from_millis(1);
 pub(crate) const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
 
 /// A spinning waiter gives its CPU away (`sched_yield`) between rounds
-/// once it has waited this long: a message between two ranks takes a few
+/// once it has waited this long and threads wait for a CPU
+/// ([`crate::cpus::crowded`]): a message between two ranks takes a few
 /// microseconds, so a longer wait may mean the peer it waits for shares
 /// its CPU and cannot run while it spins. Two unpinned ranks on one CPU
 /// otherwise took a whole spin (200 µs) per message (`bench latency
@@ -37,9 +38,10 @@ pub(crate) const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
 pub(crate) const YIELD_AFTER: Duration = Duration::from_micros(20);
 
 /// Between two rounds of a spinning wait that began at `start`: lets
-/// another thread of this CPU run once the wait is long.
+/// another thread of this CPU run once the wait is long and the machine
+/// has threads waiting for a CPU.
 pub(crate) fn spin_pause(shared: &Shared, start: Instant, now: Instant) {
-    if now.saturating_duration_since(start) >= YIELD_AFTER {
+    if now.saturating_duration_since(start) >= YIELD_AFTER && crate::cpus::crowded(now) {
         shared.spin_yields.fetch_add(1, Ordering::Relaxed);
         std::thread::yield_now();
     } else {
