@@ -128,10 +128,17 @@ fn rail_taken_down_with_ip_link_mid_run() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("UP"), "rail1 is back up");
 }
 
+/// The args of a validated `bench TEST` in testbed `tb`, ranks pinned,
+/// then `more`.
+fn validated_in<'a>(tb: &'a Testbed, test: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["bench", test, "--testbed", "--testbed-prefix", &tb.0, "--pin", "0,1", "--validate"];
+    a.extend_from_slice(more);
+    a
+}
+
 /// The args of a validated `bench bw` in testbed `tb` over `rails`.
 fn bw_over<'a>(tb: &'a Testbed, rails: &'a str, more: &[&'a str]) -> Vec<&'a str> {
-    let mut a =
-        vec!["bench", "bw", "--testbed", "--testbed-prefix", &tb.0, "--pin", "0,1", "--validate", "--rails", rails];
+    let mut a = validated_in(tb, "bw", &["--rails", rails]);
     a.extend_from_slice(more);
     a
 }
@@ -261,26 +268,8 @@ fn permanent_silent_loss_on_either_side() {
 fn small_messages_move_when_their_only_connected_rail_goes_silent() {
     let Some(tb) = Testbed::up("s", "1gbit") else { return };
     for spec in ["1@300ms:for=forever:side=host0", "1@300ms:for=forever:side=host1", "1@300ms:for=3s"] {
-        let args = [
-            "bench",
-            "latency",
-            "--testbed",
-            "--testbed-prefix",
-            &tb.0,
-            "--pin",
-            "0,1",
-            "--validate",
-            "--sizes",
-            "8",
-            "--iterations",
-            "40000",
-            "--warmup",
-            "10",
-            "--rail-stats",
-            "--fail-rail",
-            spec,
-        ];
-        let o = bounded(multirail(&args), Duration::from_secs(120), spec);
+        let more = ["--sizes", "8", "--iterations", "40000", "--warmup", "10", "--rail-stats", "--fail-rail", spec];
+        let o = bounded(multirail(&validated_in(&tb, "latency", &more)), Duration::from_secs(120), spec);
         let err = check(&o, spec);
         let out = String::from_utf8_lossy(&o.stdout);
         let cols: Vec<&str> = out.lines().last().unwrap_or_default().split_whitespace().collect();

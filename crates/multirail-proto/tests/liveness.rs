@@ -532,18 +532,7 @@ fn a_dead_link_is_blamed_within_tens_of_milliseconds_when_the_other_rail_is_idle
     // traffic shows the peer alive. The late rail's peer is asked on the
     // idle rail; its answer blames the rail, and the messages move.
     let mut sim = Sim::new(2, &rails(2), cfg());
-    let one = |sim: &mut Sim, k: u64| {
-        let t0 = sim.now;
-        let r = sim.irecv(1, Some(0), Some(k), 8);
-        let s = sim.isend(0, 1, k, Bytes::from(pattern(k, 8)));
-        assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)), "message {k}");
-        match sim.take(1, r) {
-            Some(Done::Recv(Ok(st), buf)) => assert_eq!((st.tag, &buf[..8]), (k, &pattern(k, 8)[..])),
-            other => panic!("message {k}: {other:?}"),
-        }
-        sim.run_for(ms(1));
-        sim.now - t0
-    };
+    let one = |sim: &mut Sim, k: u64| small_one(sim, k, &mut None);
     for k in 0..50 {
         one(&mut sim, k);
     }
@@ -604,18 +593,7 @@ fn a_dead_link_under_small_messages_with_connections_on_demand() {
     // Either path of a small message: direct or general.
     for direct_eager in [true, false] {
         let mut sim = Sim::unconnected(2, &rails(2), Config { direct_eager, ..cfg() });
-        let one = |sim: &mut Sim, k: u64| {
-            let t0 = sim.now;
-            let r = sim.irecv(1, Some(0), Some(k), 8);
-            let s = sim.isend(0, 1, k, Bytes::from(pattern(k, 8)));
-            assert!(sim.run_until(Duration::from_secs(5), |x| x.is_done(1, r) && x.is_done(0, s)), "message {k}");
-            match sim.take(1, r) {
-                Some(Done::Recv(Ok(st), buf)) => assert_eq!((st.tag, &buf[..8]), (k, &pattern(k, 8)[..])),
-                other => panic!("message {k}: {other:?}"),
-            }
-            sim.run_for(ms(1));
-            sim.now - t0
-        };
+        let one = |sim: &mut Sim, k: u64| small_one(sim, k, &mut None);
         for k in 0..50 {
             one(&mut sim, k);
         }
