@@ -4,7 +4,8 @@
 //! that owes us nothing:
 //!
 //! * **Suspect, from acknowledgements.** Every fragment written on a rail
-//!   (and every direct send to a peer with several rails) has a deadline: the time the bytes queued ahead of it need at the
+//!   (and every direct send to a peer with several rails) has a
+//!   deadline: the time the bytes queued ahead of it need at the
 //!   rail's measured rate, plus the retransmission timeout (RTO) of the
 //!   rail's *excess* round trip (what acknowledgements take beyond that
 //!   queueing), `max(rto_min, srtt + 4 rttvar)`. A fragment past its

@@ -216,9 +216,10 @@ impl Core {
     /// queue (after its control frames, before its data fragments) and its
     /// bytes count in the rail's bytes in flight; the caller completes the
     /// send: its bytes are the rail's now. The message is kept in
-    /// `Peer::direct` until the peer's delivered prefix covers it; if its
-    /// rail fails first, [`Core::requeue_rail`] turns it into a general
-    /// message to send again.
+    /// `Peer::direct` until the peer acknowledges it (its delivered prefix
+    /// covers it, or an ACK range names it); if its rail fails first,
+    /// [`Core::requeue_rail`] turns it into a general message to send
+    /// again.
     pub(crate) fn send_direct(&mut self, peer: PeerId, rail: RailId, seq: u64, tag: u64, data: Bytes, now: Time) {
         let checksum = self.cfg.checksum;
         let p = self.peers.get_mut(&peer).expect("caller checked");
