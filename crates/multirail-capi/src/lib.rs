@@ -85,13 +85,13 @@ impl Drop for mr_request {
         if let Some(back) = self.lent.take() {
             // The send's own completion comes first (without it the
             // buffer could be held until the endpoint closes).
-            if let Some(d) = self.req.take() {
-                if let Ok(r) = self.ep.attach(d) {
-                    let _ = match r {
-                        Request::Send(s) => s.wait().map(|_| ()),
-                        Request::Recv(v) => v.wait().map(|_| ()),
-                    };
-                }
+            if let Some(d) = self.req.take()
+                && let Ok(r) = self.ep.attach(d)
+            {
+                let _ = match r {
+                    Request::Send(s) => s.wait().map(|_| ()),
+                    Request::Recv(v) => v.wait().map(|_| ()),
+                };
             }
             back.wait_on(&self.ep);
         }
@@ -633,10 +633,10 @@ pub unsafe extern "C" fn mr_wait_all(reqs: *mut *mut mr_request, n: usize, sts: 
                 continue;
             }
             let st = if sts.is_null() { std::ptr::null_mut() } else { unsafe { sts.add(i) } };
-            if let Err(Fail(c, m)) = finish(req, st) {
-                if first.is_ok() {
-                    first = Err(Fail(c, format!("request {i}: {m}")));
-                }
+            if let Err(Fail(c, m)) = finish(req, st)
+                && first.is_ok()
+            {
+                first = Err(Fail(c, format!("request {i}: {m}")));
             }
         }
         first

@@ -420,11 +420,9 @@ pub(crate) fn launch_local(
         }
     }
     let mut lines = Vec::new();
-    if capture {
-        if let Some(out) = children.first_mut().and_then(|(_, c)| c.stdout.take()) {
-            for l in BufReader::new(out).lines() {
-                lines.push(l?);
-            }
+    if capture && let Some(out) = children.first_mut().and_then(|(_, c)| c.stdout.take()) {
+        for l in BufReader::new(out).lines() {
+            lines.push(l?);
         }
     }
     Ok((launch::wait_all(children, &errors)?, lines))

@@ -66,10 +66,10 @@ fn parses(example: &str) -> Result<(), String> {
     let argv = words(example);
     let parsed = cli::Cli::try_parse_from(cli::split_compare(argv.iter().map(Into::into)))
         .map_err(|e| format!("`{example}`: {e}"))?;
-    if let cli::Command::Run(r) = parsed.command {
-        if r.cmd[0] == "multirail" {
-            return parses(&r.cmd.join(" "));
-        }
+    if let cli::Command::Run(r) = parsed.command
+        && r.cmd[0] == "multirail"
+    {
+        return parses(&r.cmd.join(" "));
     }
     Ok(())
 }

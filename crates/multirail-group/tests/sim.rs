@@ -919,7 +919,7 @@ fn silenced_group(rng: &mut Rng, seed: u64) -> (Params, Rank, u64) {
     let r = rng.below(n as u64) as Rank;
     let mut p = quiet(n);
     p.window = rng.range(1, 6) as u32;
-    p.spikes = seed % 3 == 0;
+    p.spikes = seed.is_multiple_of(3);
     p.relay_min = [0, 150, usize::MAX][seed as usize % 3];
     let t = rng.range(1_000, 50_000);
     p.silence = Some((t, r));

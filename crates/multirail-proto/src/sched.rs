@@ -485,10 +485,10 @@ impl Scheduler for Adaptive {
         }
         let c = remaining.min(plan.chunk);
         // A stale rail with room gets a probe, unless it is the only one.
-        if rails.iter().filter(|r| r.up).count() > 1 {
-            if let Some(i) = rails.iter().position(|r| r.has_room() && r.stale(now)) {
-                return Some(plan.take_seq(i, c));
-            }
+        if rails.iter().filter(|r| r.up).count() > 1
+            && let Some(i) = rails.iter().position(|r| r.has_room() && r.stale(now))
+        {
+            return Some(plan.take_seq(i, c));
         }
         let best = rails
             .iter()

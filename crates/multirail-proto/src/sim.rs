@@ -588,7 +588,7 @@ impl Sim {
     /// the cores' bookkeeping is checked ([`Core::check_invariants`]).
     pub fn step(&mut self) -> bool {
         self.steps += 1;
-        if self.steps % 16 == 0 {
+        if self.steps.is_multiple_of(16) {
             for (i, n) in self.nodes.iter().enumerate() {
                 if let Err(e) = n.check_invariants() {
                     panic!("node {i} at {:?}: {e}", self.now);

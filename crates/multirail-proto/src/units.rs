@@ -27,7 +27,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Formats a byte size compactly with a binary suffix when exact (`64K`).
 pub fn format_size(n: u64) -> String {
     for (shift, suffix) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{}{}", n >> shift, suffix);
         }
     }

@@ -76,10 +76,10 @@ struct Lent {
 
 impl Drop for Lent {
     fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            if !self.back.is_set() {
-                buffer::orphan(b, self.back.clone());
-            }
+        if let Some(b) = self.buf.take()
+            && !self.back.is_set()
+        {
+            buffer::orphan(b, self.back.clone());
         }
     }
 }

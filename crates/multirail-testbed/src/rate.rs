@@ -69,7 +69,7 @@ impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let bits = self.bits_per_sec();
         for &(name, scale) in DISPLAY_UNITS {
-            if bits % scale == 0 {
+            if bits.is_multiple_of(scale) {
                 return write!(f, "{}{name}", bits / scale);
             }
         }

@@ -163,11 +163,11 @@ impl<R: Rail> Rail for FaultRail<R> {
     }
     fn deadline(&self) -> Option<Instant> {
         let mut d = self.held.front().map(|(at, _, _)| *at);
-        if let (Some(rate), Some(_)) = (self.cfg.rate, d) {
-            if self.tokens <= 0.0 {
-                let wait = Duration::from_secs_f64((-self.tokens + 1.0) / rate as f64);
-                d = d.map(|t| t.max(self.refill + wait));
-            }
+        if let (Some(rate), Some(_)) = (self.cfg.rate, d)
+            && self.tokens <= 0.0
+        {
+            let wait = Duration::from_secs_f64((-self.tokens + 1.0) / rate as f64);
+            d = d.map(|t| t.max(self.refill + wait));
         }
         if self.cfg.kill_switch.is_some() {
             // Look at the switch regularly.

@@ -195,10 +195,10 @@ fn parse_ofi(t: &str, rest: &str) -> Result<RailSpec, String> {
              (e.g. ofi:tcp, ofi:tcp:eth1, ofi:shm, ofi:verbs:mlx5_0; `multirail info` lists them)"
         ));
     }
-    if let Some(d) = target {
-        if d.is_empty() || d.len() > 64 || !d.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:/".contains(c)) {
-            return Err(format!("rail '{t}': '{d}' is not a domain, interface or address"));
-        }
+    if let Some(d) = target
+        && (d.is_empty() || d.len() > 64 || !d.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:/".contains(c)))
+    {
+        return Err(format!("rail '{t}': '{d}' is not a domain, interface or address"));
     }
     let local = Local::Ofi { provider: provider.to_string(), target: target.map(str::to_string) };
     Ok(RailSpec { local, bandwidth })

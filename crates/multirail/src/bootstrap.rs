@@ -437,13 +437,12 @@ pub(crate) fn join(me: &Me, roots: &[SocketAddr], mine: Row, deadline: Instant) 
         .enumerate()
         .flat_map(|(r, row)| row.rails.iter().map(move |a| (r, a)))
         .find(|(_, a)| a.ip().is_loopback())
+        && !own_host
     {
-        if !own_host {
-            return Err(setup_err(format!(
-                "rank {r} offers a loopback rail ({a}), unreachable from another host: \
+        return Err(setup_err(format!(
+            "rank {r} offers a loopback rail ({a}), unreachable from another host: \
                  set --rails / MULTIRAIL_RAILS on every host to the interfaces that connect them (see `multirail info`)"
-            )));
-        }
+        )));
     }
     Ok(t)
 }

@@ -389,14 +389,13 @@ impl Config {
         if p.chunk == 0 {
             return Err(Error::Config("MULTIRAIL_CHUNK must be at least 1 byte".into()));
         }
-        if !cfg!(feature = "ofi") {
-            if let Some(r) = self.rails.iter().find(|r| matches!(r.local, multirail_transport::spec::Local::Ofi { .. }))
-            {
-                return Err(Error::Config(format!(
-                    "rail '{r}': this multirail was built without libfabric support; rebuild with \
+        if !cfg!(feature = "ofi")
+            && let Some(r) = self.rails.iter().find(|r| matches!(r.local, multirail_transport::spec::Local::Ofi { .. }))
+        {
+            return Err(Error::Config(format!(
+                "rail '{r}': this multirail was built without libfabric support; rebuild with \
                      `cargo build --release --features ofi` (needs libfabric-dev)"
-                )));
-            }
+            )));
         }
         if !self.shm_ring.is_power_of_two() || !(64 << 10..=1 << 30).contains(&self.shm_ring) {
             return Err(Error::Config(format!(

@@ -501,7 +501,7 @@ impl Endpoint {
             return false;
         }
         let n = self.shared.burst.fetch_add(1, Relaxed);
-        if n % (max + 1) == 0 {
+        if n.is_multiple_of(max + 1) {
             return false;
         }
         let now = self.shared.now().as_nanos();

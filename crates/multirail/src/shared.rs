@@ -428,11 +428,11 @@ impl Shared {
         let s = &self.slots[i];
         let woken = take_flag(&s.wake_pending);
         let mut conn = s.lock_conn();
-        if take_flag(&s.close_requested) {
-            if let Some(rail) = conn.take() {
-                *s.lock_id() = None;
-                self.retire(s, rail);
-            }
+        if take_flag(&s.close_requested)
+            && let Some(rail) = conn.take()
+        {
+            *s.lock_id() = None;
+            self.retire(s, rail);
         }
         let Some(rail) = conn.as_mut() else { return Serviced::default() };
         let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail };
@@ -444,11 +444,9 @@ impl Shared {
             }
         };
         let write = woken || take_flag(&s.wake_pending) || rail.queued_bytes() > 0;
-        if write {
-            if let Err(e) = self.pump_send(s, rail.as_mut()) {
-                self.fail(i, &mut conn, e);
-                return Serviced::default();
-            }
+        if write && let Err(e) = self.pump_send(s, rail.as_mut()) {
+            self.fail(i, &mut conn, e);
+            return Serviced::default();
         }
         let rail = conn.as_ref().expect("still connected");
         Serviced {

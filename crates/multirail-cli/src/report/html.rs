@@ -194,14 +194,13 @@ pub fn reading(study: &Study, fig: &Figure, lines: &[Line]) -> String {
     let values: Vec<String> =
         with_data.iter().filter_map(|l| Some(format!("{} {}", esc(&l.label), show(m, l.at(at)?)))).collect();
     out.push(format!("At {}: {}.", format_size(at), values.join("; ")));
-    if m != Metric::Latency {
-        if let Some(best) = with_data
+    if m != Metric::Latency
+        && let Some(best) = with_data
             .iter()
             .filter(|l| l.at(large).is_some())
             .max_by(|a, b| a.at(large).unwrap_or(0.0).total_cmp(&b.at(large).unwrap_or(0.0)))
-        {
-            out.push(format!("Highest at {}: {}.", format_size(large), esc(&best.label)));
-        }
+    {
+        out.push(format!("Highest at {}: {}.", format_size(large), esc(&best.label)));
     }
     // Each other line against the first, at the smallest and largest size.
     let ratios: Vec<String> = with_data[1..]

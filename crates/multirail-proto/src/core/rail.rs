@@ -635,13 +635,13 @@ impl RailState {
     /// with the previous range when contiguous.
     pub fn note_received(&mut self, seq: u64, offset: u64, len: u32) {
         self.ack_bytes += len as u64;
-        if let Some(last) = self.acks.last_mut() {
-            if last.seq == seq && last.offset + last.len as u64 == offset {
-                if let Some(l) = last.len.checked_add(len) {
-                    last.len = l;
-                    return;
-                }
-            }
+        if let Some(last) = self.acks.last_mut()
+            && last.seq == seq
+            && last.offset + last.len as u64 == offset
+            && let Some(l) = last.len.checked_add(len)
+        {
+            last.len = l;
+            return;
         }
         self.acks.push(AckRange { seq, offset, len });
     }

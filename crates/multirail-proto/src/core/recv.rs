@@ -122,10 +122,10 @@ impl InMsg {
     fn dest_for(&mut self, hdr: &FrameHeader, rail: RailId, data: Option<&[u8]>) -> Result<Dest, ProtocolError> {
         let (off, len) = (hdr.offset, hdr.frag_len as u64);
         let fresh = !self.received.overlaps(off, off + len) && (len > 0 || self.frames == 0);
-        if let (Some(d), true, InBuf::Own(b) | InBuf::User(b)) = (data, fresh, &mut self.buf) {
-            if b.copy_in(off, d) {
-                return Ok(Dest::Stored);
-            }
+        if let (Some(d), true, InBuf::Own(b) | InBuf::User(b)) = (data, fresh, &mut self.buf)
+            && b.copy_in(off, d)
+        {
+            return Ok(Dest::Stored);
         }
         self.lease_for(hdr, rail).map(Dest::Payload)
     }
@@ -308,10 +308,10 @@ impl Core {
                     complete && hdr.flags.contains(Flags::CHECKSUM) && payload_checksum(&lease.buf) != hdr.checksum;
                 let p = self.peers.get_mut(&peer).expect("checked above");
                 let mut current = true;
-                if let Some(m) = p.inc.get_mut(&hdr.seq) {
-                    if let InBuf::Own(b) | InBuf::User(b) = &mut m.buf {
-                        current = b.give_back(lease);
-                    }
+                if let Some(m) = p.inc.get_mut(&hdr.seq)
+                    && let InBuf::Own(b) | InBuf::User(b) = &mut m.buf
+                {
+                    current = b.give_back(lease);
                 }
                 if !current {
                     // Abandoned for a copy on another rail: these bytes
@@ -347,10 +347,10 @@ impl Core {
         if !self.accept_header(peer, rail, hdr, now)? {
             return Ok(());
         }
-        if let Some(d) = data.filter(|_| hdr.op == Op::Eager) {
-            if self.rx_eager_whole(peer, rail, hdr, d, now)? {
-                return Ok(());
-            }
+        if let Some(d) = data.filter(|_| hdr.op == Op::Eager)
+            && self.rx_eager_whole(peer, rail, hdr, d, now)?
+        {
+            return Ok(());
         }
         match self.dispatch(peer, rail, hdr, now, data)? {
             Dest::Stored => {
@@ -809,10 +809,11 @@ impl Core {
         }
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let unreported = p.credit_returned > p.credit_reported || p.rts_returned > p.rts_reported;
-        if include_credit && unreported {
-            if let Some(rail) = p.best_ctrl_rail() {
-                self.flush_rail_acks(peer, rail);
-            }
+        if include_credit
+            && unreported
+            && let Some(rail) = p.best_ctrl_rail()
+        {
+            self.flush_rail_acks(peer, rail);
         }
     }
 

@@ -113,10 +113,10 @@ impl RecvBuffer {
     /// Gives up the lease at `offset`: a fresh piece takes its place at
     /// home; the old piece is dropped if it ever comes back.
     pub fn abandon(&mut self, offset: u64) {
-        if let Some(l) = self.leases.remove(&offset) {
-            if l.len > 0 {
-                self.home.insert(offset, BytesMut::zeroed(l.len as usize));
-            }
+        if let Some(l) = self.leases.remove(&offset)
+            && l.len > 0
+        {
+            self.home.insert(offset, BytesMut::zeroed(l.len as usize));
         }
     }
 

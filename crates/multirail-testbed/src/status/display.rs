@@ -91,7 +91,7 @@ fn describe_host_rail(rail: Option<&HostRailStatus>) -> String {
 }
 
 fn format_us(us: u64) -> String {
-    if us % 1000 == 0 { format!("{}ms", us / 1000) } else { format!("{us}us") }
+    if us.is_multiple_of(1000) { format!("{}ms", us / 1000) } else { format!("{us}us") }
 }
 
 /// Writes rows with columns padded to their widest cell.

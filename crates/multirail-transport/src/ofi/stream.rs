@@ -642,7 +642,7 @@ impl ByteStream for OfiStream {
             return Ok(n);
         }
         self.empty_reads += 1;
-        if !self.engine_arms || self.empty_reads % SIDE_EVERY == 0 {
+        if !self.engine_arms || self.empty_reads.is_multiple_of(SIDE_EVERY) {
             self.check_side();
         }
         if self.peer_gone || self.shut {

@@ -128,7 +128,7 @@ impl Region {
             return Err(RingError::BadCapacity(capacity));
         }
         let base = NonNull::new(base).ok_or(RingError::Misaligned)?;
-        if (base.as_ptr() as usize) % RING_ALIGN != 0 {
+        if !(base.as_ptr() as usize).is_multiple_of(RING_ALIGN) {
             return Err(RingError::Misaligned);
         }
         Ok(Region { base, capacity: capacity as u64 })

@@ -76,11 +76,11 @@ impl Wake for IoWaker {
         if super::Running::runs(self) {
             return;
         }
-        if self.parked.load(Ordering::SeqCst) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-                return;
-            }
+        if self.parked.load(Ordering::SeqCst)
+            && let Some(t) = self.thread.get()
+        {
+            t.unpark();
+            return;
         }
         // A failed wake means the poll is gone (shutting down).
         let _ = self.mio.wake();
@@ -291,11 +291,11 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
                 continue;
             }
         }
-        if let Err(e) = poll.poll(&mut events, Some(timeout)) {
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                tracing::error!("epoll failed: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+        if let Err(e) = poll.poll(&mut events, Some(timeout))
+            && e.kind() != std::io::ErrorKind::Interrupted
+        {
+            tracing::error!("epoll failed: {e}");
+            std::thread::sleep(Duration::from_millis(10));
         }
         shared.io_wakeups.fetch_add(1, Ordering::Relaxed);
         todo.extend(events.iter().map(|e| e.token().0).filter(|&j| j < mine.len()));
