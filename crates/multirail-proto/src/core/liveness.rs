@@ -32,7 +32,7 @@
 //!   data nowhere: it is probed instead, and its overdue fragments wait
 //!   (TCP delivers them when the link returns). Rails never opened
 //!   (connections on demand: lone small messages open only the preferred
-//!   rail) are opened at its deadline. Once another rail answers again,
+//!   rail) are opened when that PING is overdue too. Once another rail answers again,
 //!   the overdue rail is suspected at once.
 //! * **Suspect is not down.** A suspect rail's unacknowledged fragments
 //!   and unanswered RTSs move to the other rails at once, the CTSs it
@@ -225,15 +225,19 @@ impl Core {
                 at_least(&mut t, next_look(&self.cfg, r, d));
             }
             // The last usable rail of several: at its deadline it gets a
-            // PING and the other rails are connected (`run_liveness`);
-            // nothing more to do at it once both are done.
-            if r.suspect_since.is_none()
-                && usable == 1
-                && p.rails.len() > 1
-                && (r.ping.is_none() || p.rails.iter().any(|x| !x.conn.wanted))
-                && let Some((d, _)) = rail_deadline(&self.cfg, p, i)
-            {
-                at_least(&mut t, d);
+            // PING; if the PING is overdue too, the other rails are
+            // connected (`run_liveness`); nothing more to do once both are.
+            if r.suspect_since.is_none() && usable == 1 && p.rails.len() > 1 {
+                let d = if r.ping.is_none() {
+                    rto_deadline(&self.cfg, p, i)
+                } else if p.rails.iter().any(|x| !x.conn.wanted) {
+                    ping_deadline(&self.cfg, r)
+                } else {
+                    None
+                };
+                if let Some(d) = d {
+                    at_least(&mut t, d);
+                }
             }
             if let Some(d) = p.probe_deadline(&self.cfg, i) {
                 at_least(&mut t, d);
@@ -258,14 +262,17 @@ impl Core {
         let mut waits = Vec::new();
         let mut silent = Vec::new();
         let usable = p.rails.iter().filter(|r| r.usable()).count();
-        // The last usable rail is overdue: connect every other rail (with
-        // connections on demand a pair of small messages opens only its
-        // preferred rail), so that the data has somewhere to go.
+        // The last usable rail's PING is overdue: connect every other rail
+        // (with connections on demand a pair of small messages opens only
+        // its preferred rail), so that the data has somewhere to go. Not
+        // at the first deadline: a peer that is only slow (descheduled on
+        // an oversubscribed host) usually answers the PING, and 64 ranks
+        // on 2 CPUs would open a second rail for most of their pairs.
         let mut want_all = false;
         for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
             if r.suspect_since.is_none() && usable == 1 {
                 // The last usable rail: probe it, wait for it.
-                want_all |= rail_deadline(&self.cfg, p, i).is_some_and(|(d, _)| d <= now);
+                want_all |= ping_deadline(&self.cfg, r).is_some_and(|d| d <= now);
                 let overdue = rto_deadline(&self.cfg, p, i).is_some_and(|d| d <= now);
                 if overdue && r.ping.is_none() {
                     pings.push(i);
