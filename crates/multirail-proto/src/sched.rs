@@ -217,8 +217,16 @@ fn up_rails(rails: &[RailView]) -> Vec<usize> {
 
 /// The `(n mod up-rails)`-th up rail, without allocating.
 fn nth_up(rails: &[RailView], n: usize) -> Option<usize> {
-    let count = rails.iter().filter(|r| r.up).count();
-    (count > 0).then(|| rails.iter().enumerate().filter(|(_, r)| r.up).nth(n % count).map(|(i, _)| i)).flatten()
+    nth_where(rails.iter().map(|r| r.up), n)
+}
+
+/// The index of the `(n mod k)`-th `true` of `up`, which has `k`: the
+/// preferred rail of `single` and `spread` (over the rails' views here,
+/// over the rails themselves on the core's direct path).
+#[inline]
+pub(crate) fn nth_where(up: impl Iterator<Item = bool> + Clone, n: usize) -> Option<usize> {
+    let count = up.clone().filter(|&u| u).count();
+    (count > 0).then(|| up.enumerate().filter(|&(_, u)| u).nth(n % count).map(|(i, _)| i)).flatten()
 }
 
 /// Next chunk of a plan pinned to `plan.rail`, moving to another up rail if

@@ -315,7 +315,7 @@ impl Core {
             pings.extend(p.rails.iter().enumerate().filter(|&(j, r)| j != i && r.usable()).map(|(j, _)| j));
         }
         let gone = p.has_work() && !self.closing && now.since(p.last_rx) >= self.cfg.peer_timeout;
-        if want_all && p.rails.iter().any(|r| !r.conn.wanted) {
+        if want_all {
             self.want_rails(peer, None);
         }
         let p = self.peers.get_mut(&peer).expect("checked");

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use crate::sched::{MessageInfo, Plan, PolicyKind, RailView, SPREAD_BACKLOG, least_loaded};
+use crate::sched::{MessageInfo, Plan, PolicyKind, RailView, SPREAD_BACKLOG, least_loaded, nth_where};
 use crate::time::Time;
 use crate::wire::{AckRepr, Flags, FrameHeader, Op, frame::payload_checksum};
 
@@ -192,21 +192,11 @@ impl Peer {
             if !matches!(cfg.policy.lookup(len), PolicyKind::Spread | PolicyKind::Single) {
                 return None;
             }
-            let rail = self.nth_usable(cfg.rank as usize + peer as usize)?;
+            let rail = nth_where(self.rails.iter().map(|r| r.usable()), cfg.rank as usize + peer as usize)?;
             (rail, self.rails[rail].inflight < SPREAD_BACKLOG)
         };
         let r = &self.rails[rail];
         (room_ok && r.data.is_empty() && r.usable() && !r.caps.may_lose).then_some(rail)
-    }
-
-    /// The `(n mod usable rails)`-th usable rail: the preferred rail of
-    /// `spread` and `single` (`sched::nth_up` over the rails' views).
-    fn nth_usable(&self, n: usize) -> Option<RailId> {
-        let count = self.rails.iter().filter(|r| r.usable()).count();
-        if count == 0 {
-            return None;
-        }
-        self.rails.iter().enumerate().filter(|(_, r)| r.usable()).nth(n % count).map(|(i, _)| i)
     }
 }
 
@@ -238,18 +228,18 @@ impl Core {
         let r = &mut p.rails[rail];
         r.direct.push_back(Transmit { header: h, payload: data.clone() });
         r.inflight += len;
+        // As `schedule` would: the rail was used now, and a rail that
+        // carries messages is one to keep connected.
+        let want = several && !r.conn.wanted;
         if several {
-            // As `schedule` would: the rail was used now, and a rail that
-            // carries messages is one to keep connected.
             r.last_used = Some(now);
-            if !r.conn.wanted {
-                r.conn.wanted = true;
-                self.connect_dirty = true;
-            }
         }
         p.direct.push_back(Direct { seq, tag, data, rail, stamp: None });
         push_wake(&mut self.wakeups, peer, rail);
         self.direct_tx += 1;
+        if want {
+            self.want_rails(peer, Some(rail));
+        }
     }
 
     /// Starts waiting messages, re-sends orphaned fragments and RTSs and
