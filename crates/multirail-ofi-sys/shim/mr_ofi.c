@@ -60,6 +60,11 @@ int mr_ofi_getname(struct fid *fid, void *addr, size_t *addrlen)
 	return fi_getname(fid, addr, addrlen);
 }
 
+int mr_ofi_setname(struct fid *fid, void *addr, size_t addrlen)
+{
+	return fi_setname(fid, addr, addrlen);
+}
+
 int mr_ofi_av_insert(struct fid_av *av, const void *addr, size_t count,
 		     fi_addr_t *fi_addr, uint64_t flags, void *context)
 {

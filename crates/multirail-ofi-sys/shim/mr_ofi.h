@@ -48,6 +48,7 @@ int mr_ofi_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 int mr_ofi_ep_bind(struct fid_ep *ep, struct fid *bfid, uint64_t flags);
 int mr_ofi_enable(struct fid_ep *ep);
 int mr_ofi_getname(struct fid *fid, void *addr, size_t *addrlen);
+int mr_ofi_setname(struct fid *fid, void *addr, size_t addrlen);
 
 /* address vectors */
 int mr_ofi_av_insert(struct fid_av *av, const void *addr, size_t count,

@@ -780,6 +780,7 @@ unsafe extern "C" {
     pub fn mr_ofi_ep_bind(ep: *mut fid_ep, bfid: *mut fid, flags: u64) -> ::core::ffi::c_int;
     pub fn mr_ofi_enable(ep: *mut fid_ep) -> ::core::ffi::c_int;
     pub fn mr_ofi_getname(fid: *mut fid, addr: *mut ::core::ffi::c_void, addrlen: *mut usize) -> ::core::ffi::c_int;
+    pub fn mr_ofi_setname(fid: *mut fid, addr: *mut ::core::ffi::c_void, addrlen: usize) -> ::core::ffi::c_int;
     pub fn mr_ofi_av_insert(
         av: *mut fid_av,
         addr: *const ::core::ffi::c_void,

@@ -148,16 +148,41 @@ mod pingpong {
                 let both = u64::from(FI_TRANSMIT | FI_RECV);
                 check("fi_ep_bind(cq)", mr_ofi_ep_bind(this.ep, this.cq.cast(), both));
                 check("fi_ep_bind(av)", mr_ofi_ep_bind(this.ep, this.av.cast(), 0));
+                if c_string((*domain.info().fabric_attr).prov_name) == "shm" {
+                    this.name_shm_file();
+                }
                 check("fi_enable", mr_ofi_enable(this.ep));
             }
             this
+        }
+
+        /// Names an `shm` endpoint's file in /dev/shm (`fi_setname`, before
+        /// `fi_enable`) so that no file another process left can collide:
+        /// the provider's default, `<pid>:<uid>:<n>`, makes `fi_enable`
+        /// fail with -FI_EBUSY when a dead process with this pid left one.
+        fn name_shm_file(&mut self) {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+            let name = format!("fi_shm://multirail-ofisys-{}-{nanos}-{}", std::process::id(), self.name);
+            let name = std::ffi::CString::new(name).unwrap();
+            let bytes = name.as_bytes_with_nul();
+            // SAFETY: the endpoint is open and not enabled; the provider
+            // copies the NUL-terminated name.
+            check("fi_setname", unsafe {
+                mr_ofi_setname(self.ep.cast(), bytes.as_ptr().cast_mut().cast(), bytes.len())
+            });
+            let address = self.address();
+            assert!(
+                address.starts_with(&bytes[..bytes.len() - 1]),
+                "fi_getname does not give the name set: {:?}",
+                String::from_utf8_lossy(&address)
+            );
         }
 
         /// The endpoint's address, as fi_getname returns it.
         fn address(&self) -> Vec<u8> {
             let mut buf = vec![0u8; 512];
             let mut len = buf.len();
-            // SAFETY: buf has len writable bytes; ep is enabled.
+            // SAFETY: buf has len writable bytes; ep is open.
             let ret = unsafe { mr_ofi_getname(self.ep.cast(), buf.as_mut_ptr().cast(), &mut len) };
             check("fi_getname", ret);
             assert!(len <= buf.len(), "address of {len} bytes");

@@ -10,7 +10,7 @@ use std::ptr;
 
 use multirail_ofi_sys as sys;
 
-use super::{OfiError, c_string, check, malloc_string};
+use super::{OfiError, c_string, check, malloc_string, shmname};
 use crate::spec::OfiTarget as Selector;
 
 /// The `prov_name`s to try for a provider as users name it: the
@@ -156,6 +156,8 @@ pub struct OfiEndpoint {
     mrs: Vec<*mut sys::fid_mr>,
     wait_fd: Option<RawFd>,
     directed: bool,
+    /// The file in /dev/shm behind an `shm` endpoint (see [`shmname`]).
+    shm_file: Option<String>,
 }
 
 // SAFETY: the endpoint's objects live in a domain of their own, opened
@@ -168,7 +170,7 @@ impl OfiEndpoint {
     /// Opens and enables an endpoint for `sel`. The CQ gets an fd to wait
     /// on where the provider offers one (`FI_WAIT_FD`), else none.
     pub fn open(sel: &Selector) -> Result<OfiEndpoint, String> {
-        let _libfabric = super::lock();
+        let libfabric = super::lock();
         let (info, directed) = select(sel)?;
         let mut this = OfiEndpoint {
             info,
@@ -180,8 +182,14 @@ impl OfiEndpoint {
             mrs: Vec::new(),
             wait_fd: None,
             directed,
+            shm_file: None,
         };
-        this.open_objects().map_err(|e| format!("libfabric provider {}: {e}", this.provider()))?;
+        let opened = this.open_objects();
+        // On failure `this` is dropped on return, and its Drop closes what
+        // was opened under the lock: release it first (it is not reentrant;
+        // holding it there hung the process for good).
+        drop(libfabric);
+        opened.map_err(|e| format!("libfabric provider {}: {e}", this.provider()))?;
         Ok(this)
     }
 
@@ -202,9 +210,37 @@ impl OfiEndpoint {
             let both = u64::from(sys::FI_TRANSMIT | sys::FI_RECV);
             check("fi_ep_bind(cq)", sys::mr_ofi_ep_bind(self.ep, self.cq.cast(), both))?;
             check("fi_ep_bind(av)", sys::mr_ofi_ep_bind(self.ep, self.av.cast(), 0))?;
+            self.name_shm_file()?;
             check("fi_enable", sys::mr_ofi_enable(self.ep))?;
         }
         Ok(())
+    }
+
+    /// Gives an `shm` endpoint a name of multirail's own before it is
+    /// enabled, after removing the files dead processes left (see
+    /// [`shmname`] for why the provider's default name is not safe).
+    fn name_shm_file(&mut self) -> Result<(), OfiError> {
+        if self.provider() != "shm" {
+            return Ok(());
+        }
+        shmname::reclaim(std::path::Path::new(shmname::SHM_DIR));
+        let file = shmname::next_file_name();
+        let address = CString::new(shmname::address_of(&file)).expect("a name has no NUL");
+        let bytes = address.as_bytes_with_nul();
+        // SAFETY: the endpoint is open and not yet enabled; the provider
+        // copies the NUL-terminated name (bytes.len() counts the NUL).
+        let ret = unsafe { sys::mr_ofi_setname(self.ep.cast(), bytes.as_ptr().cast_mut().cast(), bytes.len()) };
+        check("fi_setname", ret)?;
+        self.shm_file = Some(file);
+        Ok(())
+    }
+
+    /// Removes the file behind an `shm` endpoint that stays open but will
+    /// not be used again (see [`shmname::unlink`]); nothing for others.
+    pub fn unlink_shm_file(&mut self) {
+        if let Some(file) = self.shm_file.take() {
+            shmname::unlink(&file);
+        }
     }
 
     /// A CQ with a wait fd if the provider has one, else without.
@@ -266,6 +302,11 @@ impl OfiEndpoint {
     /// The fd the CQ signals on, if the provider gave one.
     pub fn wait_fd(&self) -> Option<RawFd> {
         self.wait_fd
+    }
+
+    /// The file in /dev/shm behind an `shm` endpoint, while it has one.
+    pub fn shm_file(&self) -> Option<&str> {
+        self.shm_file.as_deref()
     }
 
     /// Whether the provider asks for local buffers to be registered.

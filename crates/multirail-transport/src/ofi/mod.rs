@@ -15,6 +15,8 @@
 //!   (where the provider's `mr_mode` asks for `FI_MR_LOCAL`), receives
 //!   pre-posted, completions read from the CQ, its wait fd (when the
 //!   provider gives one) and the side channel behind one epoll fd;
+//! * [`shmname`] names `shm` endpoints' files in /dev/shm and removes
+//!   those of dead processes;
 //! * [`list_providers`] is what `multirail info` prints.
 //!
 //! Setup order (both sides, after HELLO): [`endpoint::OfiEndpoint::open`],
@@ -27,6 +29,7 @@
 
 pub mod credit;
 pub mod endpoint;
+pub mod shmname;
 pub mod stream;
 
 use std::ffi::{CStr, CString, c_char};

@@ -597,7 +597,11 @@ impl Drop for OfiStream {
     /// replaced connection was closed). What is in progress inside the
     /// provider (rendezvous, segments) is not visible from here, so no
     /// endpoint is trusted to close safely while the process runs.
+    ///
+    /// An `shm` endpoint's file in /dev/shm is removed at once all the
+    /// same: both ends keep their mappings, and no one opens it again.
     fn drop(&mut self) {
+        self.ep.unlink_shm_file();
         // SAFETY: each field is taken exactly once, here, and self is not
         // used afterwards.
         let left = unsafe {
@@ -915,7 +919,98 @@ mod tests {
 
     #[test]
     fn shm_frames_cross_in_order() {
-        frames_cross_in_order(Selector { provider: "shm".into(), node: None, domain: None });
+        let _one_at_a_time = shm_names_lock();
+        frames_cross_in_order(shm());
+    }
+
+    /// The `shm` tests below plant files under names the provider or this
+    /// process will use; they run one at a time, and with no other `shm`
+    /// test, so that no other endpoint takes a planted name.
+    static SHM_NAMES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn shm_names_lock() -> std::sync::MutexGuard<'static, ()> {
+        SHM_NAMES.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn shm() -> Selector {
+        Selector { provider: "shm".into(), node: None, domain: None }
+    }
+
+    /// Files planted in /dev/shm as a dead process would have left them
+    /// (a zeroed region header), removed again when dropped.
+    struct Planted(Vec<std::path::PathBuf>);
+
+    impl Planted {
+        fn new(names: impl IntoIterator<Item = String>) -> Planted {
+            let dir = std::path::Path::new(super::super::shmname::SHM_DIR);
+            let paths = names
+                .into_iter()
+                .map(|n| dir.join(n))
+                .filter(|p| !p.exists())
+                .inspect(|p| std::fs::write(p, vec![0u8; 4096]).expect("write to /dev/shm"))
+                .collect();
+            Planted(paths)
+        }
+    }
+
+    impl Drop for Planted {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+
+    /// Regression (CI, 2026-11-28): `shm` files that an earlier process
+    /// with this pid left under libfabric's default names
+    /// (`<pid>:<uid>:<n>`) made `fi_enable` fail with -FI_EBUSY. With such
+    /// files planted, a pair opens, its endpoints' files carry multirail's
+    /// names, and they are gone once the streams are dropped.
+    #[test]
+    fn shm_endpoints_ignore_stale_default_files_and_leave_none_behind() {
+        use std::os::unix::fs::MetadataExt;
+        let _one_at_a_time = shm_names_lock();
+        let dir = std::path::Path::new(super::super::shmname::SHM_DIR);
+        let uid = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+        let me = std::process::id();
+        // libfabric numbers a process's endpoints from 0; this process
+        // opens far fewer than this.
+        let planted = Planted::new((0..256).map(|n| format!("{me}:{uid}:{n}")));
+        let opened = pair(&shm());
+        let files: Vec<String> = opened
+            .iter()
+            .flat_map(|(a, b)| [a, b])
+            .map(|s| s.ep.shm_file().expect("an shm endpoint has a file").to_string())
+            .collect();
+        for file in &files {
+            assert!(file.starts_with(super::super::shmname::PREFIX), "{file}");
+            assert!(dir.join(file).exists(), "{file} is not in {}", dir.display());
+        }
+        drop(opened);
+        drop(planted);
+        for file in &files {
+            assert!(!dir.join(file).exists(), "{file} was left behind");
+        }
+    }
+
+    /// An endpoint that fails to enable is an error naming the call. It
+    /// used to hang the process for good: the failed open dropped the
+    /// half-open endpoint while holding the libfabric lock, which its
+    /// `Drop` takes again. Here `fi_enable` fails because files are
+    /// planted under the names this process gives its next endpoints.
+    #[test]
+    fn an_endpoint_that_fails_to_enable_is_an_error_not_a_hang() {
+        let _one_at_a_time = shm_names_lock();
+        let _planted = Planted::new(super::super::shmname::upcoming(4));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(OfiEndpoint::open(&shm()).err()));
+        let err = rx.recv_timeout(Duration::from_secs(60)).expect("OfiEndpoint::open hung");
+        let Some(err) = err else { panic!("opened over a planted file") };
+        if err.contains("offers no reliable-datagram") {
+            eprintln!("skipped: {err}");
+            return;
+        }
+        assert!(err.contains("fi_enable failed"), "{err}");
     }
 
     #[test]
