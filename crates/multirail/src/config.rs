@@ -285,6 +285,9 @@ impl Config {
         if let Some(v) = env_size("MULTIRAIL_SPREAD_WINDOW_MIN")? {
             self.proto.spread_window_min = v;
         }
+        if let Some(v) = env_size("MULTIRAIL_SPREAD_SPLIT_MIN")? {
+            self.proto.spread_split_min = v;
+        }
         if let Some(v) = env("MULTIRAIL_ACK_REQUEST") {
             self.proto.ack_request_div =
                 v.trim().parse().map_err(|_| bad("MULTIRAIL_ACK_REQUEST", &v, "expected a whole number (0 = off)"))?;

@@ -136,6 +136,17 @@ pub struct Config {
     /// wrong split (4 KiB `bench bw` ran at 0.58 x with it over shm).
     pub spread_window_time: Duration,
     pub spread_window_min: u64,
+    /// The floor of the short window instead of `spread_window_min` when
+    /// the peer has several rails, where the window decides the split:
+    /// a stream's rate estimate is often absent or read from a shaper's
+    /// burst, the window is then its floor, and two rails' floors that
+    /// hold a whole OSU window of 1-2 KiB messages split it evenly
+    /// whatever the rails' speeds (1 + 3 Gbit: twice the slow rail). A
+    /// frame written while messages wait for room in these windows asks
+    /// for an acknowledgement against this window too; without such a
+    /// backlog (a ping-pong) against `spread_window_min`'s, so replies
+    /// still carry the acknowledgements.
+    pub spread_split_min: u64,
     /// Ask the peer to acknowledge at once (flag ACK_NOW) each time this
     /// fraction of a rail's spread window was written since the last ask:
     /// acknowledgements then come while the window still has room, not
@@ -182,6 +193,7 @@ impl Default for Config {
             rail_window_time: Duration::from_millis(2),
             spread_window_time: Duration::from_micros(500),
             spread_window_min: 64 << 10,
+            spread_split_min: 16 << 10,
             ack_request_div: 4,
             rto_min: Duration::from_millis(20),
             probe_interval: Duration::from_millis(200),
@@ -201,6 +213,8 @@ pub(crate) struct WindowCfg {
     pub max: u64,
     pub time: Duration,
     pub small_min: u64,
+    /// `Config::spread_split_min`.
+    pub split_min: u64,
     pub small_time: Duration,
     /// The peer acknowledges at once when this many bytes are
     /// unacknowledged on a rail (`Config::ack_bytes`; 0 = no such bound).
@@ -214,6 +228,7 @@ impl Config {
             max: self.rail_window,
             time: self.rail_window_time,
             small_min: self.spread_window_min,
+            split_min: self.spread_split_min,
             small_time: self.spread_window_time,
             ack_bytes: self.ack_bytes,
         }
@@ -1042,6 +1057,8 @@ impl Core {
         let (checksum, window, div) = (self.cfg.checksum, self.cfg.window_cfg(), self.cfg.ack_request_div);
         let p = self.peers.get_mut(&peer)?;
         let several = p.rails.len() > 1;
+        // Messages wait for room in the rails' short windows.
+        let split = several && (!p.waiting.is_empty() || p.sending.first().is_some());
         let r = p.rails.get_mut(rail)?;
         if !r.up {
             return None;
@@ -1059,7 +1076,7 @@ impl Core {
             r.stats.tx_bytes += d.payload.len() as u64;
             r.stats.tx_frames += 1;
             r.stats.direct_frames += 1;
-            if r.request_ack(d.payload.len() as u64, &window, div, now) {
+            if r.request_ack(d.payload.len() as u64, &window, div, split, now) {
                 d.header.flags = d.header.flags.with(crate::wire::Flags::ACK_NOW);
             }
             t = Some(d);
@@ -1070,7 +1087,7 @@ impl Core {
                 r.handed.push_back(rail::Handed::Frag { seq: f.seq, offset: f.offset });
                 r.stats.tx_bytes += d.payload.len() as u64;
                 r.stats.tx_frames += 1;
-                if r.request_ack(d.payload.len() as u64, &window, div, now) {
+                if r.request_ack(d.payload.len() as u64, &window, div, split, now) {
                     d.header.flags = d.header.flags.with(crate::wire::Flags::ACK_NOW);
                 }
                 t = Some(d);

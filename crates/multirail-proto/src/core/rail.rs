@@ -552,18 +552,21 @@ impl RailState {
     /// window is no limit, and a ping-pong's replies acknowledge each
     /// message without an ACK frame). Never on a rail inside the host
     /// ([`super::RailCaps::host_local`]): it has no short window.
-    pub fn request_ack(&mut self, len: u64, w: &super::WindowCfg, div: u32, now: Time) -> bool {
+    pub fn request_ack(&mut self, len: u64, w: &super::WindowCfg, div: u32, split: bool, now: Time) -> bool {
         if div == 0 || self.caps.host_local {
             return false;
         }
         self.unrequested += len;
-        // The short window is never below `floor`: a lone message in a
-        // ping-pong leaves here without computing it.
-        let (div, floor) = (div as u64, w.small_min.min(w.min).min(w.max));
+        // Against the window messages wait for (`split`: several rails and
+        // a backlog), else against the one-rail floor's. Never below the
+        // floor: a lone message in a ping-pong leaves here without
+        // computing the window.
+        let min = if split { w.split_min } else { w.small_min };
+        let (div, floor) = (div as u64, min.min(w.min).min(w.max));
         if self.unrequested < floor / div || self.inflight < floor / 2 {
             return false;
         }
-        let window = self.small_window(w, self.rail_window(w, now), now);
+        let window = self.short_window(min, w, self.rail_window(w, now), now);
         if self.unrequested < window / div || self.inflight < window / 2 {
             return false;
         }
@@ -572,16 +575,22 @@ impl RailState {
     }
 
     /// The window small whole messages are placed against (see
-    /// `Config::spread_window_time`), at most `window`, the rail's; on a
-    /// rail inside the host, `window` itself.
-    pub fn small_window(&self, w: &super::WindowCfg, window: u64, now: Time) -> u64 {
+    /// `Config::spread_window_time`), at most `window`, the rail's; its
+    /// floor is `Config::spread_split_min` when the peer has `several`
+    /// rails, else `Config::spread_window_min`; on a rail inside the host,
+    /// `window` itself.
+    pub fn small_window(&self, w: &super::WindowCfg, window: u64, several: bool, now: Time) -> u64 {
         if self.caps.host_local {
             return window;
         }
-        self.window(w.small_min, window, w.small_time + self.rtt.raw_min.unwrap_or_default(), now)
+        self.short_window(if several { w.split_min } else { w.small_min }, w, window, now)
     }
 
-    pub fn view(&self, w: &super::WindowCfg, now: Time) -> RailView {
+    fn short_window(&self, floor: u64, w: &super::WindowCfg, window: u64, now: Time) -> u64 {
+        self.window(floor, window, w.small_time + self.rtt.raw_min.unwrap_or_default(), now)
+    }
+
+    pub fn view(&self, w: &super::WindowCfg, several: bool, now: Time) -> RailView {
         let window = self.rail_window(w, now);
         let rate = self.est.planning_rate(now);
         RailView {
@@ -589,7 +598,7 @@ impl RailState {
             inflight: self.inflight,
             undelivered: self.inflight - self.drained_since_ack(rate, w.ack_bytes, now),
             window,
-            small_window: self.small_window(w, window, now),
+            small_window: self.small_window(w, window, several, now),
             rate,
             bandwidth: self.caps.bandwidth,
             latency: self.rtt.min.map_or(self.caps.latency, |r| r / 2),

@@ -255,7 +255,8 @@ impl Core {
         let chunk = p.chunk(chunk, self.cfg.limits.max_frame as u64);
         let mut views = std::mem::take(&mut p.views_buf);
         views.clear();
-        views.extend(p.rails.iter().map(|r| r.view(&window, now)));
+        let several = p.rails.len() > 1;
+        views.extend(p.rails.iter().map(|r| r.view(&window, several, now)));
         crate::sched::assume_unmeasured_as_fast(&mut views);
 
         // 0. RTSs whose rail failed go again, in order.
@@ -457,7 +458,8 @@ impl Core {
             self.events.push_back(Event::SendDone { req, result: Ok(()) });
             return Ok(());
         }
-        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, now)).collect();
+        let several = p.rails.len() > 1;
+        let views: Vec<RailView> = p.rails.iter().map(|r| r.view(&window, several, now)).collect();
         m.state = OutState::Sending;
         m.tier = self.cfg.policy.tier_of(m.len());
         let info = MessageInfo { len: m.len(), rank, peer };
@@ -770,10 +772,11 @@ mod tests {
             max: 16 << 20,
             time: Duration::from_millis(2),
             small_min: 64 << 10,
+            split_min: 16 << 10,
             small_time: Duration::from_micros(500),
             ack_bytes: 256 << 10,
         };
-        let view = rails[0].view(&w, t0 + wire + Duration::from_micros(100));
+        let view = rails[0].view(&w, false, t0 + wire + Duration::from_micros(100));
         assert_eq!(view.inflight, 0);
         assert!(view.latency <= Duration::from_micros(50), "latency {:?} counts the transmission", view.latency);
         assert!(view.rate > 0.0, "a fresh sample is planned with");
@@ -781,7 +784,7 @@ mod tests {
         // without it (lone messages then split evenly, or by `@RATE` hints)
         // while the rail's timeouts still drain at the last rate.
         let later = t0 + Duration::from_secs(11);
-        assert_eq!(rails[0].view(&w, later).rate, 0.0);
+        assert_eq!(rails[0].view(&w, false, later).rate, 0.0);
         assert!(rails[0].drain_rate(later) > 9e7);
     }
 }
