@@ -27,6 +27,12 @@ pub const DEFAULT_RATE: f64 = 1.0e9;
 /// adaptive scheduler sends it a probe chunk.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// A rail's short window holds at least this many of the messages placed
+/// against it, whatever its floor: a floor low enough to split 1 KiB
+/// messages by acknowledgements (`Config::spread_split_min`) let only one
+/// 16 KiB message at a time onto each rail (0.77 x on 2 x 2 Gbit).
+pub const SHORT_WINDOW_MESSAGES: u64 = 4;
+
 /// `spread`: a pair's preferred rail keeps whole messages while it has
 /// less than this in flight; beyond, messages go to the rail predicted to
 /// deliver them first.
@@ -65,8 +71,10 @@ impl RailView {
     pub fn has_room(&self) -> bool {
         self.up && self.inflight < self.window
     }
-    pub fn has_room_for_small(&self) -> bool {
-        self.up && self.inflight < self.small_window.min(self.window)
+    /// Room for a whole message of `len` bytes in the short window, which
+    /// holds at least [`SHORT_WINDOW_MESSAGES`] such messages.
+    pub fn has_room_for_small(&self, len: u64) -> bool {
+        self.up && self.inflight < self.small_window.max(SHORT_WINDOW_MESSAGES * len).min(self.window)
     }
     /// Throughput to plan with: measured, else advertised, else default.
     pub fn planning_rate(&self) -> f64 {
@@ -317,7 +325,7 @@ impl Spread {
             _ => rails
                 .iter()
                 .enumerate()
-                .filter(|(_, r)| r.has_room_for_small())
+                .filter(|(_, r)| r.has_room_for_small(msg.len))
                 .min_by(|a, b| {
                     let (fa, fb) = (a.1.predicted_finish(msg.len), b.1.predicted_finish(msg.len));
                     // Ties go to the preferred rail.

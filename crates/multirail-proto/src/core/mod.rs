@@ -142,10 +142,10 @@ pub struct Config {
     /// burst, the window is then its floor, and two rails' floors that
     /// hold a whole OSU window of 1-2 KiB messages split it evenly
     /// whatever the rails' speeds (1 + 3 Gbit: twice the slow rail). A
-    /// frame written while messages wait for room in these windows asks
-    /// for an acknowledgement against this window too; without such a
-    /// backlog (a ping-pong) against `spread_window_min`'s, so replies
-    /// still carry the acknowledgements.
+    /// frame asks for an acknowledgement against this window too. The
+    /// window holds at least [`crate::sched::SHORT_WINDOW_MESSAGES`] of
+    /// the messages placed against it, which also keeps a ping-pong of up
+    /// to 16 KiB from asking (its replies carry the acknowledgements).
     pub spread_split_min: u64,
     /// Ask the peer to acknowledge at once (flag ACK_NOW) each time this
     /// fraction of a rail's spread window was written since the last ask:
@@ -1057,8 +1057,6 @@ impl Core {
         let (checksum, window, div) = (self.cfg.checksum, self.cfg.window_cfg(), self.cfg.ack_request_div);
         let p = self.peers.get_mut(&peer)?;
         let several = p.rails.len() > 1;
-        // Messages wait for room in the rails' short windows.
-        let split = several && (!p.waiting.is_empty() || p.sending.first().is_some());
         let r = p.rails.get_mut(rail)?;
         if !r.up {
             return None;
@@ -1076,7 +1074,7 @@ impl Core {
             r.stats.tx_bytes += d.payload.len() as u64;
             r.stats.tx_frames += 1;
             r.stats.direct_frames += 1;
-            if r.request_ack(d.payload.len() as u64, &window, div, split, now) {
+            if r.request_ack(d.payload.len() as u64, &window, div, several, now) {
                 d.header.flags = d.header.flags.with(crate::wire::Flags::ACK_NOW);
             }
             t = Some(d);
@@ -1087,7 +1085,7 @@ impl Core {
                 r.handed.push_back(rail::Handed::Frag { seq: f.seq, offset: f.offset });
                 r.stats.tx_bytes += d.payload.len() as u64;
                 r.stats.tx_frames += 1;
-                if r.request_ack(d.payload.len() as u64, &window, div, split, now) {
+                if r.request_ack(d.payload.len() as u64, &window, div, several, now) {
                     d.header.flags = d.header.flags.with(crate::wire::Flags::ACK_NOW);
                 }
                 t = Some(d);

@@ -550,18 +550,21 @@ impl RailState {
     /// for an acknowledgement at once: a `1/div` of the short window went
     /// out since the last ask, and half of it is in flight (below that the
     /// window is no limit, and a ping-pong's replies acknowledge each
-    /// message without an ACK frame). Never on a rail inside the host
+    /// message without an ACK frame). `several`: the peer has several
+    /// rails, and the window is the one their split is decided by
+    /// (`Config::spread_split_min`, but at least
+    /// [`SHORT_WINDOW_MESSAGES`](crate::sched::SHORT_WINDOW_MESSAGES)
+    /// frames of this one's size, so a lone message of a ping-pong stays
+    /// below half of it). Never on a rail inside the host
     /// ([`super::RailCaps::host_local`]): it has no short window.
-    pub fn request_ack(&mut self, len: u64, w: &super::WindowCfg, div: u32, split: bool, now: Time) -> bool {
+    pub fn request_ack(&mut self, len: u64, w: &super::WindowCfg, div: u32, several: bool, now: Time) -> bool {
         if div == 0 || self.caps.host_local {
             return false;
         }
         self.unrequested += len;
-        // Against the window messages wait for (`split`: several rails and
-        // a backlog), else against the one-rail floor's. Never below the
-        // floor: a lone message in a ping-pong leaves here without
-        // computing the window.
-        let min = if split { w.split_min } else { w.small_min };
+        // Never below the floor: a lone message in a ping-pong leaves here
+        // without computing the window.
+        let min = if several { w.split_min.max(crate::sched::SHORT_WINDOW_MESSAGES * len) } else { w.small_min };
         let (div, floor) = (div as u64, min.min(w.min).min(w.max));
         if self.unrequested < floor / div || self.inflight < floor / 2 {
             return false;
