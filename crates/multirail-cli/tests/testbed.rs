@@ -323,6 +323,42 @@ fn a_rail_down_before_the_start_joins_when_it_comes_up() {
     assert!(rail0 > 0.0, "rail 0 joined once it came up and carried data: {out}");
 }
 
+/// Small messages of ranks 0 and 1 prefer rail 1. Its link is down on one
+/// side before the job starts and stays down: on host0 its connection
+/// attempts fail at once (no route), on host1 they go unanswered. The
+/// direct path must not wait for it: every message goes over rail 0,
+/// validated, well inside the bound.
+#[test]
+fn small_messages_go_on_when_their_preferred_rail_is_down_before_the_start() {
+    let Some(tb) = Testbed::up("q", "1gbit") else { return };
+    for host in ["host0", "host1"] {
+        let ns = format!("{}-{host}", tb.0);
+        let ip = |state: &str| {
+            let ok = Command::new("ip").args(["-n", &ns, "link", "set", "rail1", state]).status();
+            assert!(ok.is_ok_and(|s| s.success()), "ip -n {ns} link set rail1 {state}");
+        };
+        ip("down");
+        let more = ["--sizes", "8,4K", "--iterations", "20000", "--rail-stats"];
+        let what = format!("rail 1 down on {host} before the start");
+        let o = bounded(multirail(&validated_in(&tb, "latency", &more)), Duration::from_secs(120), &what);
+        ip("up");
+        check(&o, &what);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let rows: Vec<Vec<&str>> = out
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|c| c.len() == 7)
+            .collect();
+        assert_eq!(rows.len(), 2, "{what}: a row per size: {out}");
+        for c in rows {
+            // Size, latency, Validation, rail0 MB, rail0 %, rail1 MB, rail1 %.
+            assert_eq!(c[2], "Pass", "{what}: {out}");
+            assert_eq!(c[4].parse::<f64>().ok(), Some(100.0), "{what}: everything over rail 0: {out}");
+        }
+    }
+}
+
 #[test]
 fn two_of_three_rails_lost_one_after_the_other() {
     let Some(tb) = Testbed::up_rails("t", "1gbit", 3) else { return };
