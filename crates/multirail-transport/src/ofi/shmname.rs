@@ -90,8 +90,18 @@ pub fn address_of(file_name: &str) -> String {
 /// Removes from `dir` every file named by [`next_file_name`] whose process
 /// is gone, and returns how many it removed. Errors (a file another
 /// process removed first, a directory that cannot be read) are not
-/// reported: nothing depends on the removal but disk space.
+/// reported: nothing depends on the removal but disk space. Without a
+/// readable `/proc` (this process's own start time unknown) nothing can
+/// be told gone, and nothing is removed.
+///
+/// A process in another PID namespace that shares `/dev/shm` (containers
+/// of one pod, `--ipc=host`) cannot be seen in `/proc` and would look
+/// gone; libfabric's `shm` provider itself assumes the same visibility
+/// (it checks `/proc/<pid>` of a region's owner).
 pub fn reclaim(dir: &Path) -> usize {
+    if start_time(std::process::id()).is_none() {
+        return 0;
+    }
     let Ok(entries) = fs::read_dir(dir) else { return 0 };
     let mut removed = 0;
     for entry in entries.flatten() {
