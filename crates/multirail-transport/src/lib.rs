@@ -145,7 +145,8 @@ pub trait Rail: Send {
     /// Reads available frames into `sink` without blocking.
     fn poll_recv(&mut self, sink: &mut dyn FrameSink) -> Result<Received, RailError>;
     /// After an error: gives back a payload destination that was being
-    /// filled, so the sink can reclaim it.
+    /// filled, so the sink can reclaim it; call until `None` (a rail
+    /// copying several lent payloads at once has several).
     fn take_partial(&mut self) -> Option<(FrameHeader, PayloadDest)>;
     /// Closes the connection (the peer sees end-of-stream).
     fn shutdown(&mut self);

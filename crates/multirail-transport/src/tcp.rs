@@ -147,33 +147,69 @@ pub trait ByteStream: Send {
     fn deadline(&self) -> Option<Instant> {
         None
     }
-    /// Single-copy transfers (shared memory with CMA, [`crate::shm::cma`]):
-    /// payloads of at least this many bytes are *lent* — the stream
-    /// carries only their address, the peer copies them out of our memory
-    /// and says so ([`ByteStream::lent_done`]). `None`: never.
+    /// Single-copy transfers (shared memory with CMA, [`crate::shm::cma`];
+    /// RMA reads of an `ofi` rail): payloads of at least this many bytes
+    /// are *lent* — the stream carries a descriptor
+    /// ([`ByteStream::lend`]) instead of the bytes, the peer copies them
+    /// out of our memory ([`ByteStream::copy_lent`]) and says so
+    /// ([`ByteStream::lent_done`]). `None`: never.
     fn lend_min(&self) -> Option<usize> {
         None
+    }
+    /// Bytes of the descriptor that stands for a lent payload.
+    fn lent_desc_len(&self) -> usize {
+        cma::DESCRIPTOR_LEN
+    }
+    /// The descriptor that lends `payload` to the peer (the caller keeps
+    /// it alive, unmoved, until [`ByteStream::lent_done`] counts it);
+    /// `None`: send it inline after all. By default its address and
+    /// length ([`cma::descriptor`]).
+    fn lend(&mut self, payload: &[u8]) -> Option<Bytes> {
+        Some(Bytes::copy_from_slice(&cma::descriptor(payload.as_ptr() as u64, payload.len() as u64)))
     }
     /// How many lent payloads the peer has copied, ever (untrusted).
     fn lent_done(&self) -> u64 {
         0
     }
-    /// Copies the payload the peer lent at `addr` into `dst` (`None`:
-    /// drops it) and tells the peer it is done with it. An error fails
-    /// the stream.
-    fn copy_lent(&mut self, addr: u64, dst: Option<&mut [u8]>) -> io::Result<()> {
-        let _ = (addr, dst);
+    /// Starts copying the `len` bytes the peer lent with `desc`
+    /// ([`ByteStream::lent_desc_len`] bytes). [`LentCopy::Done`]: copied
+    /// into `dst` (`None`: dropped) already, and the peer told;
+    /// [`LentCopy::Started`]: the copy goes on in the background, and
+    /// [`ByteStream::lent_poll`] finishes it (copies are finished in the
+    /// order they were started). An error fails the stream.
+    fn copy_lent(&mut self, desc: &[u8], len: usize, dst: Option<&mut [u8]>) -> io::Result<LentCopy> {
+        let _ = (desc, len, dst);
         Err(io::Error::new(io::ErrorKind::InvalidData, "the peer lent a payload on a stream without single copy"))
     }
+    /// Whether the oldest started copy has finished; if so its bytes are
+    /// in `dst` (`None`: dropped) and the peer is told. An error fails the
+    /// stream.
+    fn lent_poll(&mut self, dst: Option<&mut [u8]>) -> io::Result<bool> {
+        let _ = dst;
+        Err(io::Error::other("no copy of a lent payload was started"))
+    }
 }
+
+/// What [`ByteStream::copy_lent`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LentCopy {
+    /// The payload is in its destination.
+    Done,
+    /// The copy goes on; [`ByteStream::lent_poll`] finishes it.
+    Started,
+}
+
+/// Lent payloads a [`StreamRail`] reads at once (copies started, not
+/// yet finished).
+const MAX_READING: usize = 8;
 
 /// Frame flag bit, private to a [`StreamRail`] and cleared before the
 /// header is parsed: the payload is lent (a [`crate::shm::cma`]
 /// descriptor follows instead of the bytes). Streams that cannot lend
 /// never set it, and refuse it.
-const LENT_FLAG: u8 = 0x80;
+pub(crate) const LENT_FLAG: u8 = 0x80;
 /// Index of the flags' high byte in an encoded header.
-const FLAGS_HIGH: usize = 3;
+pub(crate) const FLAGS_HIGH: usize = 3;
 
 impl ByteStream for TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -220,6 +256,9 @@ pub struct StreamRail<S: ByteStream> {
     lent: VecDeque<Bytes>,
     /// Payloads ever lent; `lent_total - lent.len()` were returned.
     lent_total: u64,
+    /// Lent payloads the stream is copying in the background
+    /// ([`LentCopy::Started`]), oldest first.
+    reading: VecDeque<Partial>,
 }
 
 impl<S: ByteStream> Drop for StreamRail<S> {
@@ -263,7 +302,19 @@ impl<S: ByteStream> StreamRail<S> {
             last_activity: Instant::now(),
             lent: VecDeque::new(),
             lent_total: 0,
+            reading: VecDeque::new(),
         }
+    }
+
+    /// The stream under the frames.
+    pub fn stream(&self) -> &S {
+        &self.stream
+    }
+
+    /// The stream under the frames, to write to it directly (tests of
+    /// hostile input).
+    pub fn stream_mut(&mut self) -> &mut S {
+        &mut self.stream
     }
 
     /// Payloads lent and not yet copied by the peer.
@@ -375,13 +426,15 @@ impl<S: ByteStream> Rail for StreamRail<S> {
     fn send(&mut self, header: &FrameHeader, payload: Bytes) {
         let mut bytes = header.to_bytes();
         let payload = match self.stream.lend_min() {
-            Some(min) if payload.len() >= min.max(1) => {
-                bytes[FLAGS_HIGH] |= LENT_FLAG;
-                let d = cma::descriptor(payload.as_ptr() as u64, payload.len() as u64);
-                self.lent.push_back(payload);
-                self.lent_total += 1;
-                Bytes::copy_from_slice(&d)
-            }
+            Some(min) if payload.len() >= min.max(1) => match self.stream.lend(&payload) {
+                Some(d) => {
+                    bytes[FLAGS_HIGH] |= LENT_FLAG;
+                    self.lent.push_back(payload);
+                    self.lent_total += 1;
+                    d
+                }
+                None => payload,
+            },
             _ => payload,
         };
         let f = OutFrame { header: bytes, payload };
@@ -442,6 +495,18 @@ impl<S: ByteStream> Rail for StreamRail<S> {
         self.drained = false;
         let start = (self.hi - self.lo) as isize;
         loop {
+            if let Some(p) = self.reading.front_mut() {
+                if self.stream.lent_poll(p.dest.as_mut_slice())? {
+                    let p = self.reading.pop_front().expect("just looked");
+                    res.bytes += FrameHeader::LEN + p.header.payload_len();
+                    res.frames += 1;
+                    sink.on_payload(&p.header, p.dest, true)?;
+                    continue;
+                }
+                if self.reading.len() >= MAX_READING {
+                    return Ok(res);
+                }
+            }
             if self.partial.is_some() {
                 let before = self.partial.as_ref().map_or(0, |p| p.got);
                 let progressed = self.fill_partial(sink)?;
@@ -455,36 +520,51 @@ impl<S: ByteStream> Rail for StreamRail<S> {
                     return Ok(res);
                 }
             } else if self.hi - self.lo >= FrameHeader::LEN && self.stage[self.lo + FLAGS_HIGH] & LENT_FLAG != 0 {
-                // A lent payload: header and descriptor, then one copy
-                // from the peer's memory straight into the destination.
+                // A lent payload: header and descriptor; the stream copies
+                // it out of the peer's memory, at once or in the background.
+                if self.reading.len() >= MAX_READING {
+                    return Ok(res);
+                }
                 let mut raw = [0u8; FrameHeader::LEN];
                 raw.copy_from_slice(&self.stage[self.lo..self.lo + FrameHeader::LEN]);
                 raw[FLAGS_HIGH] &= !LENT_FLAG;
                 let header = FrameHeader::parse(&raw, &self.limits)?;
-                if self.hi - self.lo < FrameHeader::LEN + cma::DESCRIPTOR_LEN {
+                let desc_len = self.stream.lent_desc_len();
+                if self.hi - self.lo < FrameHeader::LEN + desc_len {
                     if !self.fill_stage()? {
                         return Ok(res);
                     }
                     continue;
                 }
-                let at = self.lo + FrameHeader::LEN;
-                let (addr, len) = cma::parse_descriptor(&self.stage[at..at + cma::DESCRIPTOR_LEN]);
-                if len != header.payload_len() as u64 || len == 0 {
-                    return Err(RailError::Io(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("a lent payload of {len} bytes in a frame of {}", header.payload_len()),
-                    )));
+                let len = header.payload_len();
+                if len == 0 {
+                    return Err(RailError::Io(io::Error::new(io::ErrorKind::InvalidData, "a lent payload of 0 bytes")));
                 }
-                self.lo = at + cma::DESCRIPTOR_LEN;
+                let at = self.lo + FrameHeader::LEN;
+                self.lo = at + desc_len;
                 self.headers_only = false;
                 let dest = sink.on_header(&header)?;
                 // Held as partial while copying, so an error gives it back.
                 let p = self.partial.insert(Partial { header, dest, got: 0 });
-                self.stream.copy_lent(addr, p.dest.as_mut_slice())?;
+                let copy = self.stream.copy_lent(&self.stage[at..at + desc_len], len, p.dest.as_mut_slice())?;
                 let p = self.partial.take().expect("just put");
-                res.bytes += FrameHeader::LEN + p.header.payload_len();
-                res.frames += 1;
-                sink.on_payload(&p.header, p.dest, true)?;
+                match copy {
+                    LentCopy::Done if self.reading.is_empty() => {
+                        res.bytes += FrameHeader::LEN + len;
+                        res.frames += 1;
+                        sink.on_payload(&p.header, p.dest, true)?;
+                    }
+                    LentCopy::Done => {
+                        return Err(RailError::Io(io::Error::other(
+                            "a lent payload was copied at once while earlier ones are still being copied",
+                        )));
+                    }
+                    LentCopy::Started => self.reading.push_back(p),
+                }
+            } else if self.hi - self.lo >= FrameHeader::LEN && !self.reading.is_empty() {
+                // A frame behind lent payloads still being copied waits
+                // for them: a rail delivers in order.
+                return Ok(res);
             } else if self.hi - self.lo >= FrameHeader::LEN {
                 let header = FrameHeader::parse(&self.stage[self.lo..self.hi], &self.limits)?;
                 // In a stream of large frames, read only the next header into
@@ -516,7 +596,7 @@ impl<S: ByteStream> Rail for StreamRail<S> {
     }
 
     fn take_partial(&mut self) -> Option<(FrameHeader, PayloadDest)> {
-        self.partial.take().map(|p| (p.header, p.dest))
+        self.partial.take().or_else(|| self.reading.pop_front()).map(|p| (p.header, p.dest))
     }
 
     fn shutdown(&mut self) {
@@ -528,8 +608,10 @@ impl<S: ByteStream> Rail for StreamRail<S> {
     }
 
     fn arm(&mut self) -> bool {
-        // Bytes read ahead into staging count as something to do.
-        self.hi > self.lo || self.stream.arm()
+        // Bytes read ahead into staging count as something to do, unless
+        // they wait behind lent payloads being copied: then the stream
+        // says when a copy is done.
+        (self.hi > self.lo && self.reading.is_empty()) || self.stream.arm()
     }
 
     fn engine_arms(&mut self) {

@@ -105,12 +105,15 @@ pub struct Config {
     /// Bytes of each ring (one per direction) of a `shm` rail
     /// (MULTIRAIL_SHM_RING): a power of two from 64 KiB to 1 GiB.
     pub shm_ring: usize,
-    /// Most bytes per `fi_send` of an `ofi:` rail, its 4-byte credit header
-    /// included, 5 bytes to 64 KiB (MULTIRAIL_OFI_SEND); `None`: the
+    /// Most bytes per `fi_send` of an `ofi:` rail, its 8-byte header
+    /// included, 9 bytes to 64 KiB (MULTIRAIL_OFI_SEND); `None`: the
     /// provider's default (`OfiStream`'s `default_send`: 16 KiB, rxm's
     /// eager limit, through `tcp;ofi_rxm`; a whole 64 KiB buffer
     /// elsewhere; docs/rails/ofi.md).
     pub ofi_send: Option<usize>,
+    /// Which payloads cross an `ofi:` rail by RMA read (MULTIRAIL_OFI_RMA,
+    /// docs/rails/ofi.md).
+    pub ofi_rma: OfiRma,
     /// Payloads of at least this many bytes cross a `shm` rail by single
     /// copy (`process_vm_readv`) where the kernel allows it; `None`: never
     /// (MULTIRAIL_SHM_CMA: `off`, the default; `on` = 64K; or a size).
@@ -138,6 +141,7 @@ impl Default for Config {
             faults: Vec::new(),
             shm_ring: 4 << 20,
             ofi_send: None,
+            ofi_rma: OfiRma::Auto,
             // Off: measured slower than the ring on an idle machine
             // (docs/rails/shm.md, "Single copy").
             shm_cma: None,
@@ -164,9 +168,58 @@ pub fn parse_switch(s: &str) -> Result<bool, String> {
 
 /// `MULTIRAIL_SHM_CMA`: `on`/`auto` (64 KiB), `off`, or the
 /// smallest payload to lend (`16K`).
+/// The smallest payload an `ofi:` rail lends by default (MULTIRAIL_OFI_RMA).
+pub const OFI_RMA_MIN: usize = 64 << 10;
+
+/// Whether an `ofi:` rail lends large payloads for the peer to read with
+/// `fi_read` (MULTIRAIL_OFI_RMA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OfiRma {
+    /// Payloads of [`OFI_RMA_MIN`] bytes and more, except through
+    /// providers layered on sockets (`tcp`, `udp`): there a read request
+    /// waits behind the bulk data going the other way on the same
+    /// connection, and bidirectional traffic lost 30-40 % on the testbed.
+    Auto,
+    /// Never; endpoints are opened without RMA.
+    Off,
+    /// Payloads of at least this many bytes, on every provider with RMA.
+    From(usize),
+}
+
+impl OfiRma {
+    /// The smallest payload lent through `provider` (as written in the
+    /// rail spec: `tcp`, `shm`, `verbs`...); `None`: none.
+    pub fn lend_min(self, provider: &str) -> Option<usize> {
+        match self {
+            OfiRma::Off => None,
+            OfiRma::From(n) => Some(n),
+            OfiRma::Auto => {
+                let sockets = ["tcp", "udp", "sockets"].iter().any(|p| provider.starts_with(p));
+                (!sockets).then_some(OFI_RMA_MIN)
+            }
+        }
+    }
+
+    fn parse(v: &str) -> Result<OfiRma, String> {
+        if v.trim().eq_ignore_ascii_case("auto") {
+            return Ok(OfiRma::Auto);
+        }
+        match parse_lend(v, OFI_RMA_MIN) {
+            Ok(Some(n)) => Ok(OfiRma::From(n)),
+            Ok(None) => Ok(OfiRma::Off),
+            Err(_) => Err("expected auto, on, off, or the smallest payload to lend (a size such as 64K)".into()),
+        }
+    }
+}
+
 fn parse_cma(v: &str) -> Result<Option<usize>, String> {
+    parse_lend(v, multirail_transport::shm::cma::DEFAULT_MIN)
+}
+
+/// `auto`/`on` (= `default`), `off`, or the smallest payload lent.
+fn parse_lend(v: &str, default: usize) -> Result<Option<usize>, String> {
     match v.trim().to_ascii_lowercase().as_str() {
-        "auto" | "on" | "yes" | "true" | "1" => Ok(Some(multirail_transport::shm::cma::DEFAULT_MIN)),
+        "auto" | "on" | "yes" | "true" | "1" => Ok(Some(default)),
         "off" | "no" | "false" | "0" => Ok(None),
         _ => match parse_size(v) {
             Ok(n) if n > 0 => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
@@ -353,11 +406,14 @@ impl Config {
             self.shm_ring = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if let Some(v) = env_size("MULTIRAIL_OFI_SEND")? {
-            if !(5..=64 << 10).contains(&v) {
-                let why = "give a size from 5 bytes (the 4-byte credit header and 1 byte of data) to 64K";
+            if !(9..=64 << 10).contains(&v) {
+                let why = "give a size from 9 bytes (the 8-byte header and 1 byte of data) to 64K";
                 return Err(bad("MULTIRAIL_OFI_SEND", &v.to_string(), why));
             }
             self.ofi_send = Some(v as usize);
+        }
+        if let Some(v) = env("MULTIRAIL_OFI_RMA") {
+            self.ofi_rma = OfiRma::parse(&v).map_err(|e| bad("MULTIRAIL_OFI_RMA", &v, e))?;
         }
         if let Some(v) = env("MULTIRAIL_SHM_CMA") {
             self.shm_cma = parse_cma(&v).map_err(|e| bad("MULTIRAIL_SHM_CMA", &v, e))?;
@@ -512,6 +568,16 @@ mod tests {
         assert_eq!(parse_cma("OFF"), Ok(None));
         assert_eq!(parse_cma("16K"), Ok(Some(16 << 10)));
         assert!(parse_cma("0K").is_err() && parse_cma("fast").unwrap_err().contains("auto, off"));
+        assert_eq!(OfiRma::parse("Auto"), Ok(OfiRma::Auto));
+        assert_eq!(OfiRma::parse("on"), Ok(OfiRma::From(OFI_RMA_MIN)));
+        assert_eq!(OfiRma::parse("off"), Ok(OfiRma::Off));
+        assert_eq!(OfiRma::parse("1M"), Ok(OfiRma::From(1 << 20)));
+        assert!(OfiRma::parse("fast").unwrap_err().contains("auto, on, off"));
+        assert_eq!(OfiRma::Auto.lend_min("tcp"), None, "not through sockets by default");
+        assert_eq!(OfiRma::Auto.lend_min("shm"), Some(OFI_RMA_MIN));
+        assert_eq!(OfiRma::Auto.lend_min("verbs"), Some(OFI_RMA_MIN));
+        assert_eq!(OfiRma::From(4096).lend_min("tcp"), Some(4096));
+        assert_eq!(OfiRma::Off.lend_min("shm"), None);
     }
 
     #[test]

@@ -115,6 +115,12 @@ impl Builder {
         self.cfg.shm_cma = min;
         self
     }
+    /// Which payloads cross an `ofi:` rail by RMA read
+    /// (MULTIRAIL_OFI_RMA; default [`crate::OfiRma::Auto`]).
+    pub fn ofi_rma(mut self, rma: crate::OfiRma) -> Builder {
+        self.cfg.ofi_rma = rma;
+        self
+    }
     pub fn key(mut self, key: impl Into<Vec<u8>>) -> Builder {
         self.cfg.key = Some(key.into());
         self

@@ -44,7 +44,10 @@ mod shared;
 mod shm_setup;
 
 pub use bytes::{Bytes, BytesMut};
-pub use config::{Config, DEFAULT_RAILS, DEFAULT_SPIN_US, EAGER_ABOVE_UNEXPECTED, Progress, parse_job, parse_switch};
+pub use config::{
+    Config, DEFAULT_RAILS, DEFAULT_SPIN_US, EAGER_ABOVE_UNEXPECTED, OFI_RMA_MIN, OfiRma, Progress, parse_job,
+    parse_switch,
+};
 pub use endpoint::{Builder, Detached, Endpoint, Finished, RESERVED_TAGS, RecvRequest, Request, SendRequest};
 pub use error::Error;
 pub use group::{Delivery, Group, GroupError, GroupEvent, GroupOptions};

@@ -31,7 +31,8 @@ pub(crate) fn open(
     use multirail_transport::ofi::OfiStream;
     use multirail_transport::tcp::StreamRail;
 
-    let stream = OfiStream::over_side_channel(target, ctl, cfg.handshake_timeout, cfg.ofi_send)?;
+    let lend = cfg.ofi_rma.lend_min(&target.provider);
+    let stream = OfiStream::over_side_channel(target, ctl, cfg.handshake_timeout, cfg.ofi_send, lend)?;
     tracing::debug!("{}: {}", caps.name, stream.describe());
     let rail = StreamRail::over(stream, caps, cfg.proto.limits);
     Ok(match fault {

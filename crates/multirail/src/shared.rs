@@ -600,7 +600,7 @@ impl Shared {
     }
 
     fn reclaim(&self, s: &Slot, rail: &mut dyn Rail) {
-        if let Some((h, d)) = rail.take_partial() {
+        while let Some((h, d)) = rail.take_partial() {
             self.with_core(|c, now| {
                 let _ = c.on_payload(s.peer, s.rail, &h, d, false, now);
             });
@@ -627,7 +627,7 @@ impl Shared {
         let s = &self.slots[i];
         let Some(mut rail) = conn.take() else { return };
         *s.lock_id() = None;
-        let partial = rail.take_partial();
+        let partials: Vec<_> = std::iter::from_fn(|| rail.take_partial()).collect();
         rail.shutdown();
         let reason = err.to_string();
         if self.peer_wanted(s.peer) {
@@ -636,7 +636,7 @@ impl Shared {
             tracing::debug!(peer = s.peer, rail = s.rail, "rail closed: {reason}");
         }
         self.with_core(|c, now| {
-            if let Some((h, d)) = partial {
+            for (h, d) in partials {
                 let _ = c.on_payload(s.peer, s.rail, &h, d, false, now);
             }
             c.rail_down(s.peer, s.rail, &reason, now);

@@ -279,8 +279,24 @@ fn ofi_tcp_two_rails_both_engines() {
     exchange_on("ofi:tcp:127.0.0.1,tcp:127.0.0.2", Progress::Polled, "16K:single,*:adaptive", 72, 20);
 }
 
+/// The libfabric rail over `tcp;ofi_rxm` with RMA (off there by
+/// default): payloads of 64 KiB and more are lent and read with `fi_read`.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_tcp_rma_reads_both_engines() {
+    let two = "ofi:tcp:127.0.0.1,ofi:tcp:127.0.0.2";
+    let rma = multirail::OfiRma::From(64 << 10);
+    for (progress, policy, seed) in
+        [(Progress::Polled, "*:stripe", 73), (Progress::Threaded, "16K:single,*:adaptive", 74)]
+    {
+        let sizes = sizes(seed, 30);
+        job(2, |_| builder(two, progress, policy).ofi_rma(rma), |ep| exchange_rank(ep, two, policy, &sizes));
+    }
+}
+
 /// The libfabric `shm` provider, alone and beside the native shm rail,
-/// one rank per process (the normal case).
+/// one rank per process (the normal case); large payloads by RMA read
+/// (the default through `shm`).
 #[cfg(feature = "ofi")]
 #[test]
 fn ofi_shm_rail_both_engines() {

@@ -24,8 +24,11 @@
 //! `return_at` credits, so the peer can always post its own return (the
 //! model test below runs random interleavings to the end).
 
-/// Bytes in front of every message: credits returned (u32, little-endian).
-pub const HEADER: usize = 4;
+/// Bytes in front of every message: credits returned (u32,
+/// little-endian), then how many payloads the peer lent its sender has
+/// read so far (u32, a running count that wraps; see
+/// [`super::stream`]'s RMA section).
+pub const HEADER: usize = 8;
 
 /// Credits of one direction, both ends of it: what we may still post, and
 /// what we owe the peer.

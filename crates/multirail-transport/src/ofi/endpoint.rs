@@ -59,19 +59,22 @@ pub(crate) struct Hints {
     node: Option<IpAddr>,
     /// Receives that match only the peer's address (FI_DIRECTED_RECV).
     directed: bool,
+    /// RMA reads of what the peer lends, and of what we lend it
+    /// (FI_RMA, FI_READ, FI_REMOTE_READ).
+    rma: bool,
 }
 
 impl Hints {
     /// Any RDM provider with FI_MSG (for listing).
     pub(crate) fn any() -> Hints {
-        Hints { prov_name: None, domain: None, node: None, directed: false }
+        Hints { prov_name: None, domain: None, node: None, directed: false, rma: false }
     }
 }
 
 /// The `mr_mode` bits the rail can follow: it registers its bounce
-/// buffers once (FI_MR_LOCAL), binds them to the endpoint where asked
-/// (FI_MR_ENDPOINT), and the others only matter for RMA, which it does not
-/// use.
+/// buffers once (FI_MR_LOCAL), binds registrations to the endpoint where
+/// asked (FI_MR_ENDPOINT), and gives the peer the address and key of what
+/// it lends as the provider wants them (FI_MR_VIRT_ADDR, FI_MR_PROV_KEY).
 fn supported_mr_mode() -> i32 {
     (sys::FI_MR_LOCAL | sys::FI_MR_VIRT_ADDR | sys::FI_MR_ALLOCATED | sys::FI_MR_PROV_KEY | sys::FI_MR_ENDPOINT) as i32
 }
@@ -90,6 +93,9 @@ pub(crate) fn getinfo(hints: &Hints) -> Result<Info, OfiError> {
     unsafe {
         let i = &mut *h.0;
         i.caps = u64::from(sys::FI_MSG) | if hints.directed { sys::FI_DIRECTED_RECV } else { 0 };
+        if hints.rma {
+            i.caps |= u64::from(sys::FI_RMA | sys::FI_READ | sys::FI_REMOTE_READ);
+        }
         // Each operation owns an fi_context2 (see stream.rs).
         i.mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
         (*i.ep_attr).type_ = sys::FI_EP_RDM;
@@ -119,16 +125,25 @@ pub(crate) fn getinfo(hints: &Hints) -> Result<Info, OfiError> {
 }
 
 /// Finds the first provider entry matching `sel`, trying the provider
-/// stacks of [`Selector::prov_names`] in order, directed receives first.
-fn select(sel: &Selector) -> Result<(Info, bool), String> {
+/// stacks of [`Selector::prov_names`] in order, directed receives first,
+/// each with RMA first (when `rma`). Returns it with whether receives are
+/// directed and whether it has RMA.
+fn select(sel: &Selector, rma: bool) -> Result<(Info, bool, bool), String> {
     let mut last = None;
     for prov_name in prov_names(&sel.provider) {
         for directed in [true, false] {
-            let hints =
-                Hints { prov_name: Some(prov_name.clone()), domain: sel.domain.clone(), node: sel.node, directed };
-            match getinfo(&hints) {
-                Ok(info) => return Ok((info, directed)),
-                Err(e) => last = Some(e),
+            for rma in [true, false].into_iter().filter(|&r| rma || !r) {
+                let hints = Hints {
+                    prov_name: Some(prov_name.clone()),
+                    domain: sel.domain.clone(),
+                    node: sel.node,
+                    directed,
+                    rma,
+                };
+                match getinfo(&hints) {
+                    Ok(info) => return Ok((info, directed, rma)),
+                    Err(e) => last = Some(e),
+                }
             }
         }
     }
@@ -156,6 +171,8 @@ pub struct OfiEndpoint {
     mrs: Vec<*mut sys::fid_mr>,
     wait_fd: Option<RawFd>,
     directed: bool,
+    /// Opened with FI_RMA: it may lend and read lent payloads.
+    rma: bool,
     /// The file in /dev/shm behind an `shm` endpoint (see [`shmname`]).
     shm_file: Option<String>,
 }
@@ -167,11 +184,12 @@ pub struct OfiEndpoint {
 unsafe impl Send for OfiEndpoint {}
 
 impl OfiEndpoint {
-    /// Opens and enables an endpoint for `sel`. The CQ gets an fd to wait
-    /// on where the provider offers one (`FI_WAIT_FD`), else none.
-    pub fn open(sel: &Selector) -> Result<OfiEndpoint, String> {
+    /// Opens and enables an endpoint for `sel`, with RMA if `rma` and the
+    /// provider has it. The CQ gets an fd to wait on where the provider
+    /// offers one (`FI_WAIT_FD`), else none.
+    pub fn open(sel: &Selector, rma: bool) -> Result<OfiEndpoint, String> {
         let libfabric = super::lock();
-        let (info, directed) = select(sel)?;
+        let (info, directed, rma) = select(sel, rma)?;
         let mut this = OfiEndpoint {
             info,
             fabric: ptr::null_mut(),
@@ -182,6 +200,7 @@ impl OfiEndpoint {
             mrs: Vec::new(),
             wait_fd: None,
             directed,
+            rma,
             shm_file: None,
         };
         let opened = this.open_objects();
@@ -311,8 +330,7 @@ impl OfiEndpoint {
 
     /// Whether the provider asks for local buffers to be registered.
     pub fn needs_mr_local(&self) -> bool {
-        // SAFETY: domain_attr is allocated in an fi_getinfo entry.
-        unsafe { (*(*self.info.0).domain_attr).mr_mode & sys::FI_MR_LOCAL as i32 != 0 }
+        self.mr_mode() & sys::FI_MR_LOCAL as i32 != 0
     }
 
     /// The endpoint's address as `fi_getname` gives it.
@@ -347,44 +365,103 @@ impl OfiEndpoint {
         Ok(addr)
     }
 
-    /// Registers `buf` for sends and receives if the provider asks for
-    /// it; returns the descriptor to pass with it (null otherwise).
+    /// Whether the endpoint was opened with RMA (FI_RMA, FI_READ,
+    /// FI_REMOTE_READ).
+    pub fn rma(&self) -> bool {
+        self.rma
+    }
+
+    fn mr_mode(&self) -> i32 {
+        // SAFETY: domain_attr is allocated in an fi_getinfo entry.
+        unsafe { (*(*self.info.0).domain_attr).mr_mode }
+    }
+
+    /// Registers `buf` for local use (`access`: FI_SEND, FI_RECV,
+    /// FI_READ...) if the provider asks for it; returns the descriptor to
+    /// pass with it (null otherwise).
     ///
     /// # Safety
     /// `buf` must stay allocated, and not move, until this endpoint is
     /// dropped (which closes the registration first).
-    pub unsafe fn register(&mut self, buf: &mut [u8]) -> Result<*mut c_void, OfiError> {
+    pub unsafe fn register(&mut self, buf: &mut [u8], access: u64) -> Result<*mut c_void, OfiError> {
         let _libfabric = super::lock();
+        // SAFETY: the caller's promise; the lock is held.
+        unsafe { self.register_locked(buf, access) }
+    }
+
+    /// [`OfiEndpoint::register`] for a caller that holds the libfabric lock.
+    ///
+    /// # Safety
+    /// As for [`OfiEndpoint::register`].
+    pub unsafe fn register_locked(&mut self, buf: &mut [u8], access: u64) -> Result<*mut c_void, OfiError> {
         if !self.needs_mr_local() {
             return Ok(ptr::null_mut());
         }
-        let mut mr = ptr::null_mut();
         let key = self.mrs.len() as u64 + 1;
-        let access = u64::from(sys::FI_SEND | sys::FI_RECV);
-        // SAFETY: the caller keeps buf alive and in place while registered;
-        // keys are unique within this endpoint's own domain.
+        // SAFETY: the caller keeps buf alive and in place while registered
+        // (this endpoint closes it before it is freed); keys 1.. are this
+        // function's, unique within this endpoint's own domain.
+        let mr = unsafe { self.reg(buf.as_ptr(), buf.len(), access, key)? };
+        self.mrs.push(mr);
+        // SAFETY: mr was just opened.
+        Ok(unsafe { sys::mr_ofi_mr_desc(mr) })
+    }
+
+    /// Registers `len` bytes at `ptr` for the peer to read (FI_REMOTE_READ)
+    /// under `key` (unless the provider picks keys): returns the
+    /// registration, and the address and key the peer reads them with.
+    /// The caller closes it ([`OfiEndpoint::close_mr`]) before the memory
+    /// goes.
+    ///
+    /// # Safety
+    /// The memory must stay allocated, and not move, until the registration
+    /// is closed; `key` must not be one of a registration still open.
+    pub unsafe fn register_lent(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+        key: u64,
+    ) -> Result<(*mut sys::fid_mr, u64, u64), OfiError> {
+        // SAFETY: the caller's promises.
+        let mr = unsafe { self.reg(ptr, len, u64::from(sys::FI_REMOTE_READ), key)? };
+        let mode = self.mr_mode();
+        // SAFETY: mr was just opened.
+        let key = if mode & sys::FI_MR_PROV_KEY as i32 != 0 { unsafe { sys::mr_ofi_mr_key(mr) } } else { key };
+        let addr = if mode & sys::FI_MR_VIRT_ADDR as i32 != 0 { ptr as u64 } else { 0 };
+        Ok((mr, addr, key))
+    }
+
+    /// Closes a registration of [`OfiEndpoint::register_lent`].
+    ///
+    /// # Safety
+    /// `mr` is open, from this endpoint, and not used afterwards.
+    pub unsafe fn close_mr(&mut self, mr: *mut sys::fid_mr) {
+        // SAFETY: the caller's promise.
+        unsafe { sys::mr_ofi_close(mr.cast()) };
+    }
+
+    /// `fi_mr_reg`, then bind and enable where the provider asks
+    /// (FI_MR_ENDPOINT). The caller holds the libfabric lock.
+    ///
+    /// # Safety
+    /// As for [`OfiEndpoint::register_lent`].
+    unsafe fn reg(&mut self, ptr: *const u8, len: usize, access: u64, key: u64) -> Result<*mut sys::fid_mr, OfiError> {
+        let mut mr = ptr::null_mut();
+        // SAFETY: the caller's promises on ptr/len/key; mr receives the
+        // registration.
         unsafe {
-            let ret = sys::mr_ofi_mr_reg(
-                self.domain,
-                buf.as_ptr().cast(),
-                buf.len(),
-                access,
-                0,
-                key,
-                0,
-                &mut mr,
-                ptr::null_mut(),
-            );
+            let ret = sys::mr_ofi_mr_reg(self.domain, ptr.cast(), len, access, 0, key, 0, &mut mr, ptr::null_mut());
             check("fi_mr_reg", ret)?;
-            self.mrs.push(mr);
-            // SAFETY: FI_MR_ENDPOINT: the registration is bound to the
-            // endpoint and enabled before use.
-            if (*(*self.info.0).domain_attr).mr_mode & sys::FI_MR_ENDPOINT as i32 != 0 {
-                check("fi_mr_bind", sys::mr_ofi_mr_bind(mr, self.ep.cast(), 0))?;
-                check("fi_mr_enable", sys::mr_ofi_mr_enable(mr))?;
+            if self.mr_mode() & sys::FI_MR_ENDPOINT as i32 != 0 {
+                let bound = check("fi_mr_bind", sys::mr_ofi_mr_bind(mr, self.ep.cast(), 0))
+                    .and_then(|_| check("fi_mr_enable", sys::mr_ofi_mr_enable(mr)));
+                if let Err(e) = bound {
+                    sys::mr_ofi_close(mr.cast());
+                    return Err(e);
+                }
             }
-            Ok(sys::mr_ofi_mr_desc(mr))
         }
+        Ok(mr)
     }
 
     pub(crate) fn ep(&self) -> *mut sys::fid_ep {

@@ -8,11 +8,32 @@
 //! receive, so reads take bytes from the receive slots in posting order
 //! (whatever order their completions come in) and re-post each slot once
 //! it is read out. A message is posted only on a credit: each starts with
-//! a 4-byte header returning the receives its sender posted again, so no
+//! an 8-byte header returning the receives its sender posted again, so no
 //! message reaches the peer without a receive posted for it
 //! ([`super::credit`]). Both pools are registered once, when the provider asks
-//! (`FI_MR_LOCAL`): the rail never registers anything on the data path,
-//! so it needs no registration cache.
+//! (`FI_MR_LOCAL`).
+//!
+//! # RMA: lent payloads
+//!
+//! Where both endpoints were opened with `FI_RMA` (and lending is on,
+//! `MULTIRAIL_OFI_RMA`), large payloads do not go through the bounce
+//! buffers: [`ByteStream::lend`] registers the payload for remote reads
+//! (`FI_REMOTE_READ`, one registration per payload) and the stream
+//! carries only a [`LENT_DESC`]-byte descriptor (address, length, key).
+//! The reader pulls it with `fi_read` in pieces of at most [`READ_CHUNK`]
+//! bytes into [`READ_SLOTS`] read buffers of its own, several pieces and
+//! payloads at once, and copies each piece into the frame's destination
+//! as it comes ([`ByteStream::lent_poll`], oldest first). A payload read
+//! out is counted in the second half of the header of our next message
+//! (a header-only message when no other goes); the lender closes the
+//! registrations of the payloads counted, oldest first, and only then
+//! lets them go. The read buffers are the stream's own, kept with the
+//! endpoint (see `Drop`), so a read still in the provider's hands when a
+//! rail fails never writes into memory that went back to the core. A
+//! descriptor with a wrong key or range fails the read: the rail fails,
+//! nothing is delivered. Through `tcp;ofi_rxm` this takes the user-space
+//! copies of the bounce buffers and of rxm's eager protocol off every
+//! large payload but one (read buffer to destination).
 //!
 //! Order of calls in an event loop, as for the shared-memory stream:
 //! 1. `write_vectored` / `read` until `WouldBlock`;
@@ -45,7 +66,8 @@ use super::credit::{Credits, HEADER};
 use super::endpoint::OfiEndpoint;
 use super::{CHUNK, EAGAIN, OfiError, c_string, check};
 use crate::spec::OfiTarget as Selector;
-use crate::tcp::ByteStream;
+use crate::tcp::{ByteStream, LentCopy};
+use bytes::Bytes;
 
 /// Send buffers and receive buffers, each of [`CHUNK`] bytes.
 pub const SLOTS: usize = 16;
@@ -61,7 +83,24 @@ const POLL_EVERY: Duration = Duration::from_micros(50);
 /// length in front.
 /// Version 2 (`MRO2`): every message starts with the credit header
 /// ([`super::credit`]); version 1 (`MROF`) had none.
-const MAGIC: &[u8; 4] = b"MRO2";
+/// Version 3 (`MRO3`): an 8-byte header (credits, lent payloads read) and
+/// a flags byte after the address (bit 0: the endpoint has RMA).
+const MAGIC: &[u8; 4] = b"MRO3";
+/// Setup flag: the endpoint was opened with RMA and serves and makes reads.
+const FLAG_RMA: u8 = 1;
+/// Read buffers of a stream that reads lent payloads, each of
+/// [`READ_CHUNK`] bytes (allocated at the first lent payload).
+pub const READ_SLOTS: usize = 8;
+/// Most bytes per `fi_read`.
+pub const READ_CHUNK: usize = 256 << 10;
+/// Bytes of a lent payload's descriptor: address, length and key, each
+/// a little-endian u64.
+pub const LENT_DESC: usize = 24;
+/// Keys of lent registrations, where the provider lets us pick them:
+/// `LENT_KEY_BASE + n % LENT_KEYS` for the n-th payload lent (the pools'
+/// registrations use 1, 2, 3).
+const LENT_KEY_BASE: u64 = 1 << 16;
+const LENT_KEYS: u64 = 1 << 24;
 /// Longest address accepted from the peer.
 const MAX_ADDR: usize = 1024;
 /// Sent by each side once its receives are posted.
@@ -81,9 +120,14 @@ impl Region {
     }
 
     fn slot(&self, i: usize) -> *mut u8 {
-        debug_assert!((i + 1) * CHUNK <= self.len);
-        // SAFETY: i < SLOTS, so the offset is inside the allocation.
-        unsafe { self.ptr.add(i * CHUNK) }
+        self.part(i, CHUNK)
+    }
+
+    /// The `i`-th part of `size` bytes.
+    fn part(&self, i: usize, size: usize) -> *mut u8 {
+        assert!((i + 1) * size <= self.len);
+        // SAFETY: checked just above: the offset is inside the allocation.
+        unsafe { self.ptr.add(i * size) }
     }
 }
 
@@ -102,6 +146,39 @@ enum RecvState {
     Done(usize),
     /// Read out, waiting to be posted again.
     Free,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadState {
+    Free,
+    /// A piece of this many bytes is being read.
+    Posted(usize),
+    /// The piece is in the buffer.
+    Done(usize),
+}
+
+/// A payload the peer lent, being read.
+#[derive(Debug, Clone, Copy)]
+struct LentIn {
+    addr: u64,
+    key: u64,
+    len: usize,
+    /// Bytes of it asked for with `fi_read` so far.
+    asked: usize,
+}
+
+/// Reading lent payloads: the buffers and the payloads in progress.
+struct Reads {
+    buf: Region,
+    desc: *mut c_void,
+    ctx: Box<[sys::fi_context2]>,
+    state: [ReadState; READ_SLOTS],
+    /// Slots in the order their pieces were asked for.
+    order: VecDeque<usize>,
+    /// Lent payloads started, oldest first, and bytes of the oldest
+    /// already copied out.
+    lent: VecDeque<LentIn>,
+    copied: usize,
 }
 
 /// One end of a byte stream over an RDM endpoint. See the module docs.
@@ -147,6 +224,21 @@ pub struct OfiStream {
     /// A completion error, reported by the next read or write.
     failed: Option<String>,
     shut: bool,
+    /// Both endpoints have RMA: the peer may lend, and we read.
+    rma: bool,
+    /// Payloads of at least this many bytes are lent (with `rma`).
+    lend_min: Option<usize>,
+    /// Registrations of our lent payloads not yet read, oldest first.
+    lent_mrs: VecDeque<*mut sys::fid_mr>,
+    /// Payloads ever lent, and how many of them the peer has read.
+    lent_total: u64,
+    lent_read: u64,
+    /// Set up at the first payload the peer lends.
+    reads: Option<ManuallyDrop<Reads>>,
+    /// Lent payloads read out (running count), and the count our last
+    /// message carried.
+    reads_done: u32,
+    reads_told: u32,
 }
 
 // SAFETY: the raw pointers are the endpoint's registrations and buffers,
@@ -166,20 +258,25 @@ impl OfiStream {
     ///
     /// `send`: most bytes per `fi_send`, header included (at most
     /// [`CHUNK`]; `None`: [`default_send`] for the provider opened).
+    /// `lend`: payloads of at least this many bytes are lent (RMA, see the
+    /// module docs) where both endpoints have RMA; `None`: the endpoint is
+    /// opened without RMA, and neither side lends.
     pub fn over_side_channel(
         sel: &Selector,
         mut side: TcpStream,
         timeout: Duration,
         send: Option<usize>,
+        lend: Option<usize>,
     ) -> Result<OfiStream, String> {
         side.set_nonblocking(false).map_err(|e| e.to_string())?;
         side.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
         side.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-        let mut ep = OfiEndpoint::open(sel)?;
+        let mut ep = OfiEndpoint::open(sel, lend.is_some())?;
         let provider = ep.provider();
         let addr = ep.address().map_err(|e| e.to_string())?;
-        side.write_all(&setup_message(&provider, &addr)).map_err(|e| format!("sending our address: {e}"))?;
-        let (peer_provider, peer_addr) = read_setup_message(&mut side)?;
+        let flags = if ep.rma() { FLAG_RMA } else { 0 };
+        side.write_all(&setup_message(&provider, &addr, flags)).map_err(|e| format!("sending our address: {e}"))?;
+        let (peer_provider, peer_addr, peer_flags) = read_setup_message(&mut side)?;
         if peer_provider != provider {
             return Err(format!(
                 "the peer opened libfabric provider '{peer_provider}' for this rail, we opened '{provider}' \
@@ -188,7 +285,10 @@ impl OfiStream {
         }
         let peer = ep.insert_peer(&peer_addr).map_err(|e| format!("the peer's address was refused: {e}"))?;
         let send = send.unwrap_or_else(|| default_send(&provider));
+        let rma = ep.rma() && peer_flags & FLAG_RMA != 0;
         let mut stream = OfiStream::new(ep, peer, side, Some(send)).map_err(|e| e.to_string())?;
+        stream.rma = rma;
+        stream.lend_min = lend.filter(|_| rma);
         stream.side.write_all(&[READY]).map_err(|e| format!("side channel: {e}"))?;
         let mut ready = [0u8; 1];
         stream.side.read_exact(&mut ready).map_err(|e| format!("waiting for the peer's receives: {e}"))?;
@@ -210,8 +310,8 @@ impl OfiStream {
         // are freed only after `ep` (declared first) has been dropped.
         let (recv_desc, send_desc) = unsafe {
             (
-                ep.register(std::slice::from_raw_parts_mut(recv_buf.ptr, recv_buf.len))?,
-                ep.register(std::slice::from_raw_parts_mut(send_buf.ptr, send_buf.len))?,
+                ep.register(std::slice::from_raw_parts_mut(recv_buf.ptr, recv_buf.len), u64::from(sys::FI_RECV))?,
+                ep.register(std::slice::from_raw_parts_mut(send_buf.ptr, send_buf.len), u64::from(sys::FI_SEND))?,
             )
         };
         let poller = epoll::create(epoll::CreateFlags::CLOEXEC)
@@ -256,6 +356,14 @@ impl OfiStream {
             engine_arms: false,
             failed: None,
             shut: false,
+            rma: false,
+            lend_min: None,
+            lent_mrs: VecDeque::new(),
+            lent_total: 0,
+            lent_read: 0,
+            reads: None,
+            reads_done: 0,
+            reads_told: 0,
         };
         // Receives the provider cannot take yet (-FI_EAGAIN) are posted by
         // the next read, in order.
@@ -268,7 +376,12 @@ impl OfiStream {
     pub fn describe(&self) -> String {
         let directed = if self.ep.directed() { "directed receives" } else { "receives from any address" };
         let wait = if self.ep.wait_fd().is_some() { "CQ wait fd" } else { "polled CQ" };
-        format!("{} domain {} ({directed}, {wait})", self.ep.provider(), self.ep.domain_name())
+        let rma = match (self.rma, self.lend_min) {
+            (false, _) => "no RMA".to_string(),
+            (true, None) => "RMA reads, lends nothing".to_string(),
+            (true, Some(n)) => format!("RMA reads, lends payloads of {n} bytes and more"),
+        };
+        format!("{} domain {} ({directed}, {wait}, {rma})", self.ep.provider(), self.ep.domain_name())
     }
 
     fn post_receives_locked(&mut self) -> Result<(), OfiError> {
@@ -310,7 +423,10 @@ impl OfiStream {
     fn post_sends(&mut self) -> Result<(), OfiError> {
         loop {
             if self.posted == self.filled {
-                if !self.credits.wants_return() || self.filled - self.completed >= SLOTS as u64 {
+                // Nothing waits: a message of the header alone, if credits
+                // are due or the peer waits to hear of payloads read.
+                let tell = self.reads_done != self.reads_told && self.credits.may_post();
+                if !(self.credits.wants_return() || tell) || self.filled - self.completed >= SLOTS as u64 {
                     return Ok(());
                 }
                 let i = (self.filled % SLOTS as u64) as usize;
@@ -322,7 +438,9 @@ impl OfiStream {
             }
             let i = (self.posted % SLOTS as u64) as usize;
             let ctx: *mut sys::fi_context2 = &mut self.send_ctx[i];
-            let header = self.credits.owed().to_le_bytes();
+            let mut header = [0u8; HEADER];
+            header[..4].copy_from_slice(&self.credits.owed().to_le_bytes());
+            header[4..].copy_from_slice(&self.reads_done.to_le_bytes());
             // SAFETY: slot i is filled and not posted: nothing else reads
             // or writes it; HEADER <= CHUNK.
             unsafe { ptr::copy_nonoverlapping(header.as_ptr(), self.send_buf.slot(i), HEADER) };
@@ -343,6 +461,7 @@ impl OfiStream {
             }
             check("fi_send", ret as i64)?;
             self.credits.posted();
+            self.reads_told = self.reads_done;
             self.send_done[i] = false;
             self.posted += 1;
         }
@@ -358,6 +477,7 @@ impl OfiStream {
             self.skip_credit_only();
             self.post_receives().map_err(|e| e.to_string())?;
             self.post_sends().map_err(|e| e.to_string())?;
+            self.post_reads().map_err(|e| e.to_string())?;
             Ok(any)
         });
         if let Err(e) = &r {
@@ -423,8 +543,16 @@ impl OfiStream {
             // SAFETY: the receive into slot i completed with len >= HEADER
             // bytes, so libfabric no longer writes them.
             unsafe { ptr::copy_nonoverlapping(self.recv_buf.slot(i), header.as_mut_ptr(), HEADER) };
-            self.credits.returned(u32::from_le_bytes(header))?;
+            let [c0, c1, c2, c3, r0, r1, r2, r3] = header;
+            self.credits.returned(u32::from_le_bytes([c0, c1, c2, c3]))?;
+            self.peer_read(u32::from_le_bytes([r0, r1, r2, r3]))?;
             self.recv[i] = RecvState::Done(len - HEADER);
+        } else if let Some(i) = self.reads.as_ref().and_then(|r| at(&r.ctx)) {
+            let r = self.reads.as_mut().expect("just found");
+            let ReadState::Posted(n) = r.state[i] else {
+                return Err("a read completed in a read buffer that was not being read into".into());
+            };
+            r.state[i] = ReadState::Done(n);
         } else if let Some(i) = at(&self.send_ctx) {
             self.send_done[i] = true;
             while self.completed < self.posted && self.send_done[(self.completed % SLOTS as u64) as usize] {
@@ -434,6 +562,128 @@ impl OfiStream {
             return Err("a completion for an operation this rail did not post".into());
         }
         Ok(())
+    }
+
+    /// The peer's header says it has read `count` (running, wrapping) of
+    /// the payloads we lent: close their registrations, oldest first.
+    /// [`ByteStream::lent_done`] then lets the rail free them.
+    fn peer_read(&mut self, count: u32) -> Result<(), String> {
+        let new = u64::from(count.wrapping_sub(self.lent_read as u32));
+        if new == 0 {
+            return Ok(());
+        }
+        if new > self.lent_total - self.lent_read {
+            return Err(format!(
+                "the peer says it read {new} more lent payloads, but {} are lent (protocol error)",
+                self.lent_total - self.lent_read
+            ));
+        }
+        for _ in 0..new {
+            let mr = self.lent_mrs.pop_front().expect("counted above");
+            // SAFETY: mr is a registration of ours, open, and the peer is
+            // done with it; it is not used again.
+            unsafe { self.ep.close_mr(mr) };
+        }
+        self.lent_read += new;
+        Ok(())
+    }
+
+    /// Asks for the next pieces of the lent payloads started, in order,
+    /// while read buffers are free; stops at `-FI_EAGAIN`.
+    fn post_reads(&mut self) -> Result<(), OfiError> {
+        let Some(r) = self.reads.as_deref_mut() else { return Ok(()) };
+        for lent in r.lent.iter_mut() {
+            while lent.asked < lent.len {
+                let Some(i) = r.state.iter().position(|s| *s == ReadState::Free) else { return Ok(()) };
+                let n = (lent.len - lent.asked).min(READ_CHUNK);
+                let ctx: *mut sys::fi_context2 = &mut r.ctx[i];
+                // SAFETY: read buffer i (READ_CHUNK bytes, n <= READ_CHUNK)
+                // is free and registered where the provider asks; it and
+                // its context stay in place until the completion or the
+                // endpoint's close (see Drop). The peer is in the AV.
+                let ret = unsafe {
+                    sys::mr_ofi_read(
+                        self.ep.ep(),
+                        r.buf.part(i, READ_CHUNK).cast(),
+                        n,
+                        r.desc,
+                        self.peer,
+                        lent.addr.wrapping_add(lent.asked as u64),
+                        lent.key,
+                        ctx.cast(),
+                    )
+                };
+                if ret == EAGAIN {
+                    return Ok(());
+                }
+                check("fi_read", ret as i64)?;
+                r.state[i] = ReadState::Posted(n);
+                r.order.push_back(i);
+                lent.asked += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// The read buffers, at the first payload the peer lends. The caller
+    /// holds the libfabric lock.
+    fn reads(&mut self) -> Result<&mut Reads, OfiError> {
+        if self.reads.is_none() {
+            let buf = Region::new(READ_SLOTS * READ_CHUNK);
+            // SAFETY: buf is a heap allocation that never moves, kept with
+            // the endpoint (Drop) until the endpoint is closed.
+            let desc = unsafe {
+                self.ep.register_locked(std::slice::from_raw_parts_mut(buf.ptr, buf.len), u64::from(sys::FI_READ))?
+            };
+            self.reads = Some(ManuallyDrop::new(Reads {
+                buf,
+                desc,
+                ctx: (0..READ_SLOTS).map(|_| context()).collect(),
+                state: [ReadState::Free; READ_SLOTS],
+                order: VecDeque::new(),
+                lent: VecDeque::new(),
+                copied: 0,
+            }));
+        }
+        Ok(self.reads.as_deref_mut().expect("just set"))
+    }
+
+    /// Copies the pieces of the oldest lent payload read so far into
+    /// `dst`, in order; true once all of it is there (the payload is then
+    /// counted as read, and the peer told with our next message).
+    fn finish_read(&mut self, mut dst: Option<&mut [u8]>) -> bool {
+        let Some(r) = self.reads.as_deref_mut() else { return false };
+        let Some(&lent) = r.lent.front() else { return false };
+        while let Some(&i) = r.order.front() {
+            let ReadState::Done(n) = r.state[i] else { break };
+            if let Some(d) = dst.as_deref_mut() {
+                // SAFETY: the read into buffer i completed with n <=
+                // READ_CHUNK bytes, so libfabric no longer writes them; the
+                // pieces of the oldest payload come first in `order`, and
+                // they add up to its length, which is dst's.
+                unsafe {
+                    ptr::copy_nonoverlapping(r.buf.part(i, READ_CHUNK), d[r.copied..r.copied + n].as_mut_ptr(), n)
+                };
+            }
+            r.copied += n;
+            r.state[i] = ReadState::Free;
+            r.order.pop_front();
+            if r.copied == lent.len {
+                r.lent.pop_front();
+                r.copied = 0;
+                self.reads_done = self.reads_done.wrapping_add(1);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether a read piece waits to be copied out.
+    fn has_read_ready(&self) -> bool {
+        self.reads
+            .as_deref()
+            .and_then(|r| r.order.front().map(|&i| matches!(r.state[i], ReadState::Done(_))))
+            .unwrap_or(false)
     }
 
     /// The CQ's error entry as text (an error ends the stream).
@@ -527,18 +777,20 @@ pub fn default_send(provider: &str) -> usize {
 /// `tcp;ofi_rxm`'s eager limit with its default buffer size.
 const RXM_EAGER: usize = 16 << 10;
 
-fn setup_message(provider: &str, addr: &[u8]) -> Vec<u8> {
-    let mut m = Vec::with_capacity(4 + 1 + provider.len() + 2 + addr.len());
+fn setup_message(provider: &str, addr: &[u8], flags: u8) -> Vec<u8> {
+    let mut m = Vec::with_capacity(4 + 1 + provider.len() + 2 + addr.len() + 1);
     m.extend_from_slice(MAGIC);
     m.push(provider.len().min(255) as u8);
     m.extend_from_slice(&provider.as_bytes()[..provider.len().min(255)]);
     m.extend_from_slice(&(addr.len() as u16).to_le_bytes());
     m.extend_from_slice(addr);
+    m.push(flags);
     m
 }
 
-/// Reads the peer's provider name and address, every length bounded.
-fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>), String> {
+/// Reads the peer's provider name, address and flags, every length
+/// bounded.
+fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>, u8), String> {
     let err = |e: io::Error| format!("reading the peer's libfabric address: {e}");
     let mut head = [0u8; 5];
     side.read_exact(&mut head).map_err(err)?;
@@ -560,7 +812,9 @@ fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>), String>
     }
     let mut addr = vec![0u8; len];
     side.read_exact(&mut addr).map_err(err)?;
-    Ok((String::from_utf8_lossy(&name).into_owned(), addr))
+    let mut flags = [0u8; 1];
+    side.read_exact(&mut flags).map_err(err)?;
+    Ok((String::from_utf8_lossy(&name).into_owned(), addr, flags[0]))
 }
 
 /// What libfabric may still touch by pointer: the endpoint (first field,
@@ -571,6 +825,7 @@ struct Leftover {
     _send_buf: Region,
     _recv_ctx: Box<[sys::fi_context2]>,
     _send_ctx: Box<[sys::fi_context2]>,
+    _reads: Option<Reads>,
 }
 
 // SAFETY: a leftover is never used again, only kept or dropped (under the
@@ -602,6 +857,15 @@ impl Drop for OfiStream {
     /// same: both ends keep their mappings, and no one opens it again.
     fn drop(&mut self) {
         self.ep.unlink_shm_file();
+        // The payloads we lent are freed after this (the rail holds
+        // them): no one may read them through their registrations then.
+        if !self.lent_mrs.is_empty() {
+            let _libfabric = super::lock();
+            while let Some(mr) = self.lent_mrs.pop_front() {
+                // SAFETY: an open registration of ours, not used again.
+                unsafe { self.ep.close_mr(mr) };
+            }
+        }
         // SAFETY: each field is taken exactly once, here, and self is not
         // used afterwards.
         let left = unsafe {
@@ -611,6 +875,7 @@ impl Drop for OfiStream {
                 _send_buf: ManuallyDrop::take(&mut self.send_buf),
                 _recv_ctx: ManuallyDrop::take(&mut self.recv_ctx),
                 _send_ctx: ManuallyDrop::take(&mut self.send_ctx),
+                _reads: self.reads.take().map(ManuallyDrop::into_inner),
             }
         };
         let mut q = QUARANTINE.lock().unwrap_or_else(|p| p.into_inner());
@@ -707,6 +972,83 @@ impl ByteStream for OfiStream {
         true
     }
 
+    fn lend_min(&self) -> Option<usize> {
+        self.lend_min
+    }
+
+    fn lent_desc_len(&self) -> usize {
+        LENT_DESC
+    }
+
+    fn lend(&mut self, payload: &[u8]) -> Option<Bytes> {
+        self.lend_min?;
+        let _libfabric = super::lock();
+        let key = LENT_KEY_BASE + self.lent_total % LENT_KEYS;
+        // SAFETY: the rail keeps the payload alive and in place until
+        // lent_done counts it, which is after its registration is closed
+        // (peer_read, or Drop); keys of the lent registrations still open
+        // are the last far fewer than LENT_KEYS, so unique.
+        let (mr, addr, key) = match unsafe { self.ep.register_lent(payload.as_ptr(), payload.len(), key) } {
+            Ok(r) => r,
+            Err(_) => {
+                // The provider refuses (out of registrations, say): this
+                // stream sends everything inline from now on.
+                self.lend_min = None;
+                return None;
+            }
+        };
+        self.lent_mrs.push_back(mr);
+        self.lent_total += 1;
+        let mut d = [0u8; LENT_DESC];
+        d[..8].copy_from_slice(&addr.to_le_bytes());
+        d[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        d[16..].copy_from_slice(&key.to_le_bytes());
+        Some(Bytes::copy_from_slice(&d))
+    }
+
+    fn lent_done(&self) -> u64 {
+        self.lent_read
+    }
+
+    fn copy_lent(&mut self, desc: &[u8], len: usize, _dst: Option<&mut [u8]>) -> io::Result<LentCopy> {
+        let _libfabric = super::lock();
+        if !self.rma {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the peer lent a payload although this endpoint has no RMA",
+            ));
+        }
+        let word = |i: usize| u64::from_le_bytes(desc[i * 8..i * 8 + 8].try_into().expect("descriptor"));
+        let (addr, lent_len, key) = (word(0), word(1), word(2));
+        if lent_len != len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a lent payload of {lent_len} bytes in a frame of {len}"),
+            ));
+        }
+        self.reads()?.lent.push_back(LentIn { addr, key, len, asked: 0 });
+        self.post_reads()?;
+        Ok(LentCopy::Started)
+    }
+
+    fn lent_poll(&mut self, dst: Option<&mut [u8]>) -> io::Result<bool> {
+        let _libfabric = super::lock();
+        if self.reads.as_ref().is_none_or(|r| r.lent.is_empty()) {
+            return Err(io::Error::other("no copy of a lent payload was started"));
+        }
+        if !self.has_read_ready() {
+            self.progress().map_err(io::Error::other)?;
+        }
+        let done = self.finish_read(dst);
+        // Freed read buffers take the next pieces; a payload read out is
+        // told to the peer (with a header alone if nothing else goes).
+        self.post_reads()?;
+        if done {
+            self.post_sends()?;
+        }
+        Ok(done)
+    }
+
     fn deadline(&self) -> Option<Instant> {
         // Without a wait fd nothing announces a completion: an engine that
         // only services a rail on readiness or a deadline (the threaded
@@ -729,7 +1071,7 @@ impl ByteStream for OfiStream {
         // Filled sends waiting for credits are no reason to stay awake: the
         // peer's return arrives as a completion.
         let can_post = self.posted < self.filled && self.credits.may_post();
-        if self.has_recv_ready() || can_post || !self.repost.is_empty() {
+        if self.has_recv_ready() || self.has_read_ready() || can_post || !self.repost.is_empty() {
             return true;
         }
         self.check_side();
@@ -766,13 +1108,25 @@ mod tests {
         pair_sending(sel, None)
     }
 
-    /// A connected pair whose sends are at most `send` bytes.
+    /// A connected pair whose sends are at most `send` bytes, lending
+    /// nothing.
     fn pair_sending(sel: &Selector, send: Option<usize>) -> Option<(OfiStream, OfiStream)> {
+        pair_with(sel, send, None, None)
+    }
+
+    /// A connected pair: sends of at most `send` bytes; `a` lends payloads
+    /// of at least `lend_a` bytes, `b` of `lend_b`.
+    fn pair_with(
+        sel: &Selector,
+        send: Option<usize>,
+        lend_a: Option<usize>,
+        lend_b: Option<usize>,
+    ) -> Option<(OfiStream, OfiStream)> {
         let (a, b) = pair_streams();
         let t = Duration::from_secs(20);
         let sel2 = sel.clone();
-        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t, send));
-        let a = OfiStream::over_side_channel(sel, a, t, send);
+        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t, send, lend_b));
+        let a = OfiStream::over_side_channel(sel, a, t, send, lend_a);
         let b = hb.join().unwrap();
         match (a, b) {
             (Ok(a), Ok(b)) => Some((a, b)),
@@ -824,6 +1178,127 @@ mod tests {
             }
         }
         assert_eq!(a.queued_bytes(), 0);
+    }
+
+    /// Frames with RMA: payloads of at least `MIN` bytes are lent (only a
+    /// descriptor crosses), smaller ones are copied; all arrive intact
+    /// and in order both ways, also a payload larger than all read
+    /// buffers together, and each side lets go of what it lent once the
+    /// peer says it has read it.
+    fn lent_frames_cross_and_are_returned(sel: Selector) {
+        const MIN: usize = 16 << 10;
+        let Some((a, b)) = pair_with(&sel, None, Some(MIN), Some(MIN)) else { return };
+        eprintln!("{}", a.describe());
+        if !a.rma {
+            eprintln!("skipped: provider {} has no RMA here", a.ep.provider());
+            return;
+        }
+        let (mut a, mut b) = (rail(a), rail(b));
+        let big = READ_SLOTS * READ_CHUNK + 12345;
+        let sizes = [MIN, 5, MIN - 1, big, 0, 200 << 10, MIN + 1, 3 << 20, 48];
+        let lent = sizes.iter().filter(|&&n| n >= MIN).count();
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut h = FrameHeader::new(Op::Eager);
+            h.seq = i as u64;
+            h.total_len = n as u64;
+            h.frag_len = n as u32;
+            a.send(&h, Bytes::from(multirail_proto::sim::pattern(i as u64, n).to_vec()));
+            b.send(&h, Bytes::from(multirail_proto::sim::pattern(i as u64 + 100, n).to_vec()));
+        }
+        assert_eq!(a.lent_outstanding(), lent, "payloads of at least {MIN} bytes are lent");
+        assert_eq!(b.lent_outstanding(), lent);
+        let (mut sa, mut sb) = (CollectSink::default(), CollectSink::default());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sa.frames.len() < sizes.len()
+            || sb.frames.len() < sizes.len()
+            || a.lent_outstanding() + b.lent_outstanding() > 0
+        {
+            assert!(
+                Instant::now() < deadline,
+                "timed out: {} / {} frames, {} / {} still lent",
+                sa.frames.len(),
+                sb.frames.len(),
+                a.lent_outstanding(),
+                b.lent_outstanding()
+            );
+            a.flush().unwrap();
+            b.flush().unwrap();
+            a.poll_recv(&mut sa).unwrap();
+            b.poll_recv(&mut sb).unwrap();
+        }
+        for (sink, base) in [(&sb, 0), (&sa, 100)] {
+            for (i, (h, p)) in sink.frames.iter().enumerate() {
+                assert_eq!(h.seq, i as u64);
+                assert_eq!(p[..], multirail_proto::sim::pattern(i as u64 + base, sizes[i])[..], "frame {i}");
+            }
+        }
+        assert_eq!(a.stream().lent_mrs.len() + b.stream().lent_mrs.len(), 0, "registrations closed");
+    }
+
+    #[test]
+    fn tcp_lent_frames_cross_and_are_returned() {
+        lent_frames_cross_and_are_returned(tcp_loopback());
+    }
+
+    #[test]
+    fn shm_lent_frames_cross_and_are_returned() {
+        let _one_at_a_time = shm_names_lock();
+        lent_frames_cross_and_are_returned(shm());
+    }
+
+    /// A descriptor whose key lends nothing: the read fails, the rail
+    /// fails, and nothing is delivered.
+    #[test]
+    fn a_lent_payload_with_a_wrong_key_fails_the_rail() {
+        let Some((a, b)) = pair_with(&tcp_loopback(), None, Some(1024), Some(1024)) else { return };
+        if !a.rma {
+            eprintln!("skipped: no RMA here");
+            return;
+        }
+        let (mut a, mut b) = (rail(a), rail(b));
+        let mut h = FrameHeader::new(Op::Eager);
+        h.total_len = 4096;
+        h.frag_len = 4096;
+        let payload = Bytes::from(vec![7u8; 4096]);
+        // Lend it for real, then send a second descriptor for the same
+        // range under another key, written straight into the stream.
+        a.send(&h, payload.clone());
+        let mut raw = h.to_bytes();
+        raw[crate::tcp::FLAGS_HIGH] |= crate::tcp::LENT_FLAG;
+        let mut d = [0u8; LENT_DESC];
+        d[8..16].copy_from_slice(&4096u64.to_le_bytes());
+        d[16..].copy_from_slice(&0xdead_beefu64.to_le_bytes());
+        let mut sink = CollectSink::default();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sink.frames.is_empty() {
+            assert!(Instant::now() < deadline, "the honest loan did not arrive");
+            a.flush().unwrap();
+            a.arm(); // the lender's progress serves the read
+            b.poll_recv(&mut sink).unwrap();
+        }
+        let forged = [&raw[..], &d[..]].concat();
+        let mut at = 0;
+        while at < forged.len() {
+            assert!(Instant::now() < deadline, "could not write the forged frame");
+            match a.stream_mut().write_vectored(&[IoSlice::new(&forged[at..])]) {
+                Ok(n) => at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        let err = loop {
+            assert!(Instant::now() < deadline, "the forged loan was not refused");
+            a.flush().unwrap();
+            a.arm();
+            if let Err(e) = b.poll_recv(&mut sink) {
+                break e;
+            }
+            b.arm();
+        };
+        eprintln!("refused: {err}");
+        assert_eq!(sink.frames.len(), 1, "only the honest payload is delivered");
+        assert!(sink.frames[0].1.iter().all(|&x| x == 7));
+        assert!(matches!(err, RailError::Io(_)), "{err}");
     }
 
     #[test]
@@ -1003,7 +1478,7 @@ mod tests {
         let _one_at_a_time = shm_names_lock();
         let _planted = Planted::new(super::super::shmname::upcoming(4));
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || tx.send(OfiEndpoint::open(&shm()).err()));
+        std::thread::spawn(move || tx.send(OfiEndpoint::open(&shm(), false).err()));
         let err = rx.recv_timeout(Duration::from_secs(60)).expect("OfiEndpoint::open hung");
         let Some(err) = err else { panic!("opened over a planted file") };
         if err.contains("offers no reliable-datagram") {
@@ -1054,20 +1529,27 @@ mod tests {
     fn a_peer_that_is_not_an_ofi_rail_is_refused() {
         let (mut a, b) = pair_streams();
         a.write_all(b"MRSH\x03abc").unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None).err().expect("refused");
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
+            .err()
+            .expect("refused");
         assert!(e.contains("not an ofi rail"), "{e}");
-        // The stream before credits: its messages would be misread.
+        // An earlier version of the stream (MRO2: 4-byte header, no
+        // flags): its messages would be misread.
         let (mut a, b) = pair_streams();
-        let mut old = setup_message("tcp;ofi_rxm", &[1]);
-        old[..4].copy_from_slice(b"MROF");
+        let mut old = setup_message("tcp;ofi_rxm", &[1], 0);
+        old[..4].copy_from_slice(b"MRO2");
         a.write_all(&old).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None).err().expect("refused");
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
+            .err()
+            .expect("refused");
         assert!(e.contains("another version of the ofi rail"), "{e}");
         let (mut a, b) = pair_streams();
-        let mut m = setup_message("tcp;ofi_rxm", &[1]);
+        let mut m = setup_message("tcp;ofi_rxm", &[1], 0);
         m[4 + 1 + 11..4 + 1 + 11 + 2].copy_from_slice(&60_000u16.to_le_bytes());
         a.write_all(&m).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None).err().expect("refused");
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
+            .err()
+            .expect("refused");
         assert!(e.contains("address of 60000 bytes"), "{e}");
     }
 }

@@ -24,6 +24,7 @@ use super::cma::{self, Cma};
 use super::doorbell::{Doorbell, recv_fd, send_fd};
 use super::ring::{Consumer, Producer};
 use super::segment::{Segment, Side};
+use crate::tcp::LentCopy;
 
 /// Message sent with the segment's fd (`/2`: followed by the CMA
 /// handshake, [`super::cma::handshake`]).
@@ -408,7 +409,14 @@ impl crate::tcp::ByteStream for ShmStream {
         self.tx.lent_done()
     }
 
-    fn copy_lent(&mut self, addr: u64, dst: Option<&mut [u8]>) -> io::Result<()> {
+    fn copy_lent(&mut self, desc: &[u8], len: usize, dst: Option<&mut [u8]>) -> io::Result<LentCopy> {
+        let (addr, lent_len) = cma::parse_descriptor(desc);
+        if lent_len != len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a lent payload of {lent_len} bytes in a frame of {len}"),
+            ));
+        }
         let Some(pid) = self.cma.read_from else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -425,7 +433,7 @@ impl crate::tcp::ByteStream for ShmStream {
             return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the peer withdrew a lent payload"));
         }
         self.rx.lent_copied();
-        Ok(())
+        Ok(LentCopy::Done)
     }
 }
 
