@@ -1154,49 +1154,14 @@ mod tests {
         eprintln!("{}", a.describe());
         let (mut a, mut b) = (rail(a), rail(b));
         let sizes = [0usize, 1, 8, 48, CHUNK - 48, CHUNK, CHUNK + 1, 3 << 20, 5, 100_000];
-        for (i, &n) in sizes.iter().enumerate() {
-            let mut h = FrameHeader::new(Op::Eager);
-            h.seq = i as u64;
-            h.total_len = n as u64;
-            h.frag_len = n as u32;
-            a.send(&h, Bytes::from(multirail_proto::sim::pattern(i as u64, n).to_vec()));
-            b.send(&h, Bytes::from(multirail_proto::sim::pattern(i as u64 + 100, n).to_vec()));
-        }
-        let (mut sa, mut sb) = (CollectSink::default(), CollectSink::default());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while sa.frames.len() < sizes.len() || sb.frames.len() < sizes.len() {
-            assert!(Instant::now() < deadline, "timed out: {} / {} frames", sa.frames.len(), sb.frames.len());
-            a.flush().unwrap();
-            b.flush().unwrap();
-            a.poll_recv(&mut sa).unwrap();
-            b.poll_recv(&mut sb).unwrap();
-        }
-        for (sink, base) in [(&sb, 0), (&sa, 100)] {
-            for (i, (h, p)) in sink.frames.iter().enumerate() {
-                assert_eq!(h.seq, i as u64);
-                assert_eq!(p[..], multirail_proto::sim::pattern(i as u64 + base, sizes[i])[..], "frame {i}");
-            }
-        }
+        send_patterns(&mut a, &mut b, &sizes);
+        cross_and_check(&mut a, &mut b, &sizes);
         assert_eq!(a.queued_bytes(), 0);
     }
 
-    /// Frames with RMA: payloads of at least `MIN` bytes are lent (only a
-    /// descriptor crosses), smaller ones are copied; all arrive intact
-    /// and in order both ways, also a payload larger than all read
-    /// buffers together, and each side lets go of what it lent once the
-    /// peer says it has read it.
-    fn lent_frames_cross_and_are_returned(sel: Selector) {
-        const MIN: usize = 16 << 10;
-        let Some((a, b)) = pair_with(&sel, None, Some(MIN), Some(MIN)) else { return };
-        eprintln!("{}", a.describe());
-        if !a.rma {
-            eprintln!("skipped: provider {} has no RMA here", a.ep.provider());
-            return;
-        }
-        let (mut a, mut b) = (rail(a), rail(b));
-        let big = READ_SLOTS * READ_CHUNK + 12345;
-        let sizes = [MIN, 5, MIN - 1, big, 0, 200 << 10, MIN + 1, 3 << 20, 48];
-        let lent = sizes.iter().filter(|&&n| n >= MIN).count();
+    /// Queues on `a` and on `b` a frame of each size, `seq` = index,
+    /// payload `pattern(index)` from `a`, `pattern(index + 100)` from `b`.
+    fn send_patterns(a: &mut StreamRail<OfiStream>, b: &mut StreamRail<OfiStream>, sizes: &[usize]) {
         for (i, &n) in sizes.iter().enumerate() {
             let mut h = FrameHeader::new(Op::Eager);
             h.seq = i as u64;
@@ -1205,8 +1170,12 @@ mod tests {
             a.send(&h, Bytes::from(multirail_proto::sim::pattern(i as u64, n).to_vec()));
             b.send(&h, Bytes::from(multirail_proto::sim::pattern(i as u64 + 100, n).to_vec()));
         }
-        assert_eq!(a.lent_outstanding(), lent, "payloads of at least {MIN} bytes are lent");
-        assert_eq!(b.lent_outstanding(), lent);
+    }
+
+    /// Drives both rails until every frame of [`send_patterns`] arrived
+    /// and nothing is still lent (at most 30 s), then checks each frame's
+    /// order and bytes.
+    fn cross_and_check(a: &mut StreamRail<OfiStream>, b: &mut StreamRail<OfiStream>, sizes: &[usize]) {
         let (mut sa, mut sb) = (CollectSink::default(), CollectSink::default());
         let deadline = Instant::now() + Duration::from_secs(30);
         while sa.frames.len() < sizes.len()
@@ -1232,6 +1201,29 @@ mod tests {
                 assert_eq!(p[..], multirail_proto::sim::pattern(i as u64 + base, sizes[i])[..], "frame {i}");
             }
         }
+    }
+
+    /// Frames with RMA: payloads of at least `MIN` bytes are lent (only a
+    /// descriptor crosses), smaller ones are copied; all arrive intact
+    /// and in order both ways, also a payload larger than all read
+    /// buffers together, and each side lets go of what it lent once the
+    /// peer says it has read it.
+    fn lent_frames_cross_and_are_returned(sel: Selector) {
+        const MIN: usize = 16 << 10;
+        let Some((a, b)) = pair_with(&sel, None, Some(MIN), Some(MIN)) else { return };
+        eprintln!("{}", a.describe());
+        if !a.rma {
+            eprintln!("skipped: provider {} has no RMA here", a.ep.provider());
+            return;
+        }
+        let (mut a, mut b) = (rail(a), rail(b));
+        let big = READ_SLOTS * READ_CHUNK + 12345;
+        let sizes = [MIN, 5, MIN - 1, big, 0, 200 << 10, MIN + 1, 3 << 20, 48];
+        let lent = sizes.iter().filter(|&&n| n >= MIN).count();
+        send_patterns(&mut a, &mut b, &sizes);
+        assert_eq!(a.lent_outstanding(), lent, "payloads of at least {MIN} bytes are lent");
+        assert_eq!(b.lent_outstanding(), lent);
+        cross_and_check(&mut a, &mut b, &sizes);
         assert_eq!(a.stream().lent_mrs.len() + b.stream().lent_mrs.len(), 0, "registrations closed");
     }
 
