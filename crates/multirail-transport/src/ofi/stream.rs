@@ -1238,6 +1238,27 @@ mod tests {
         lent_frames_cross_and_are_returned(shm());
     }
 
+    /// A peer that claims to have read more payloads than were lent to it
+    /// is a protocol error; counts wrap at 2^32.
+    #[test]
+    fn a_read_count_beyond_the_loans_is_refused() {
+        let Some((mut a, _b)) = pair_with(&tcp_loopback(), None, Some(1024), Some(1024)) else { return };
+        if !a.rma {
+            eprintln!("skipped: no RMA here");
+            return;
+        }
+        assert!(a.peer_read(0).is_ok(), "nothing new");
+        let e = a.peer_read(1).unwrap_err();
+        assert!(e.contains("read 1 more lent payloads, but 0 are lent"), "{e}");
+        // Two loans outstanding after 2^32 - 1 returned: the count wraps.
+        a.lent_total = u64::from(u32::MAX) + 2;
+        a.lent_read = u64::from(u32::MAX);
+        a.lent_mrs.extend([ptr::null_mut(); 2]); // never closed: refused first
+        let r = a.peer_read(2);
+        a.lent_mrs.clear();
+        assert!(r.as_ref().is_err_and(|e| e.contains("read 3 more")), "{r:?}");
+    }
+
     /// A descriptor whose key lends nothing: the read fails, the rail
     /// fails, and nothing is delivered.
     #[test]
