@@ -178,7 +178,8 @@ pub enum OfiRma {
     /// Payloads of [`OFI_RMA_MIN`] bytes and more, except through
     /// providers layered on sockets (`tcp`, `udp`): there a read request
     /// waits behind the bulk data going the other way on the same
-    /// connection, and bidirectional traffic lost 30-40 % on the testbed.
+    /// connection, and bidirectional traffic lost 27-33 % (two rails) and
+    /// 42 % (one rail) on the 2 Gbit testbed (docs/benchmarks.md).
     Auto,
     /// Never; endpoints are opened without RMA.
     Off,

@@ -14,7 +14,9 @@
 //! * [`stream`] is the byte stream: bounce buffers registered once
 //!   (where the provider's `mr_mode` asks for `FI_MR_LOCAL`), receives
 //!   pre-posted, completions read from the CQ, its wait fd (when the
-//!   provider gives one) and the side channel behind one epoll fd;
+//!   provider gives one) and the side channel behind one epoll fd; large
+//!   payloads lent and pulled with `fi_read` where both sides have RMA
+//!   (its "RMA: lent payloads" section);
 //! * [`shmname`] names `shm` endpoints' files in /dev/shm and removes
 //!   those of dead processes;
 //! * [`list_providers`] is what `multirail info` prints.
