@@ -12,6 +12,13 @@
 //! Encoding: a version byte ([`WIRE_VERSION`]), a tag byte, then the fields
 //! little-endian. [`Frame::decode`] rejects anything malformed with an error,
 //! never a panic, and never allocates more than the input's length justifies.
+//!
+//! A data frame or chunk may also travel *split* in two messages: its head
+//! ([`Frame::encode_head`]: the same encoding without the payload's bytes,
+//! behind a tag byte of its own) and then the payload's bytes alone. The
+//! sender then sends its application's bytes as they are, without copying
+//! them behind a header; the receiver joins the two with
+//! [`Frame::decode_split`] and keeps the payload without a copy.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -29,6 +36,13 @@ const TAG_RELAY: u8 = 4;
 const TAG_CHUNK: u8 = 5;
 /// A [`Frame::Chunk`] with `relay` set.
 const TAG_RELAY_CHUNK: u8 = 6;
+/// The head of a split data frame or chunk: this tag, then the frame's own
+/// tag and fields (its length included), without the payload's bytes.
+const TAG_SPLIT: u8 = 7;
+
+/// Bytes of a data frame's or chunk's tag and fields, at most (the
+/// payload comes after them).
+const HEAD_MAX: usize = 1 + 8 + 4 + 8 + 4 + 4 + 4;
 
 /// Most ranks a decoded list may hold.
 pub const MAX_RANKS: usize = 1 << 16;
@@ -152,25 +166,10 @@ impl Frame {
     pub fn encode_into(&self, b: &mut BytesMut) {
         b.put_u8(WIRE_VERSION);
         match self {
-            Frame::Data { view, sender, index, payload, relay } => {
-                b.reserve(1 + 8 + 4 + 8 + 4 + payload.len());
-                b.put_u8(if *relay { TAG_RELAY } else { TAG_DATA });
-                b.put_u64_le(*view);
-                b.put_u32_le(*sender);
-                b.put_u64_le(*index);
-                b.put_u32_le(payload.len() as u32);
+            Frame::Data { payload, .. } | Frame::Chunk { bytes: payload, .. } => {
+                b.reserve(HEAD_MAX + payload.len());
+                self.put_head(b);
                 b.put_slice(payload);
-            }
-            Frame::Chunk { view, sender, index, total, offset, bytes, relay } => {
-                b.reserve(1 + 8 + 4 + 8 + 4 + 4 + 4 + bytes.len());
-                b.put_u8(if *relay { TAG_RELAY_CHUNK } else { TAG_CHUNK });
-                b.put_u64_le(*view);
-                b.put_u32_le(*sender);
-                b.put_u64_le(*index);
-                b.put_u32_le(*total);
-                b.put_u32_le(*offset);
-                b.put_u32_le(bytes.len() as u32);
-                b.put_slice(bytes);
             }
             Frame::Null { view, sender, first, count } => {
                 b.put_u8(TAG_NULL);
@@ -205,8 +204,108 @@ impl Frame {
         }
     }
 
+    /// The tag and fields of a data frame or chunk, its length included,
+    /// without the payload's bytes (nothing for other frames).
+    fn put_head(&self, b: &mut BytesMut) {
+        match self {
+            Frame::Data { view, sender, index, payload, relay } => {
+                b.put_u8(if *relay { TAG_RELAY } else { TAG_DATA });
+                b.put_u64_le(*view);
+                b.put_u32_le(*sender);
+                b.put_u64_le(*index);
+                b.put_u32_le(payload.len() as u32);
+            }
+            Frame::Chunk { view, sender, index, total, offset, bytes, relay } => {
+                b.put_u8(if *relay { TAG_RELAY_CHUNK } else { TAG_CHUNK });
+                b.put_u64_le(*view);
+                b.put_u32_le(*sender);
+                b.put_u64_le(*index);
+                b.put_u32_le(*total);
+                b.put_u32_le(*offset);
+                b.put_u32_le(bytes.len() as u32);
+            }
+            Frame::Null { .. } | Frame::Row(_) => {}
+        }
+    }
+
+    /// For a data frame or chunk: the head of its split form (see the
+    /// module docs) and the payload to send after it, which is the
+    /// frame's own (no copy). `None` for other frames.
+    pub fn encode_head(&self) -> Option<(Bytes, Bytes)> {
+        let payload = match self {
+            Frame::Data { payload, .. } | Frame::Chunk { bytes: payload, .. } => payload.clone(),
+            Frame::Null { .. } | Frame::Row(_) => return None,
+        };
+        let mut b = BytesMut::with_capacity(2 + HEAD_MAX);
+        b.put_u8(WIRE_VERSION);
+        b.put_u8(TAG_SPLIT);
+        self.put_head(&mut b);
+        Some((b.freeze(), payload))
+    }
+
+    /// True if `bytes` is the head of a split frame (its payload is the
+    /// next message on the same path); [`Frame::decode_split`] joins them.
+    pub fn is_head(bytes: &[u8]) -> bool {
+        bytes.len() >= 2 && bytes[0] == WIRE_VERSION && bytes[1] == TAG_SPLIT
+    }
+
+    /// Joins a split frame: `head` as [`Frame::encode_head`] made it and
+    /// the payload that followed it (kept as it is, no copy). The
+    /// payload's length must be the one the head gives.
+    pub fn decode_split(head: &Bytes, payload: Bytes) -> Result<Frame, DecodeError> {
+        let mut r = Reader { b: head, at: 0 };
+        let v = r.u8()?;
+        if v != WIRE_VERSION {
+            return Err(DecodeError::Version(v));
+        }
+        match r.u8()? {
+            TAG_SPLIT => {}
+            t => return Err(DecodeError::Tag(t)),
+        }
+        let f = match r.u8()? {
+            t @ (TAG_DATA | TAG_RELAY | TAG_CHUNK | TAG_RELAY_CHUNK) => {
+                Self::decode_data(t, &mut r, head, Some(payload))?
+            }
+            t => return Err(DecodeError::Tag(t)),
+        };
+        if r.left() != 0 {
+            return Err(DecodeError::Invalid("trailing bytes"));
+        }
+        Ok(f)
+    }
+
+    /// The fields of a data frame or chunk with tag `tag`, then its
+    /// payload: `payload` if given (a split frame's, whose length must
+    /// match), else the next bytes of `bytes` (sliced, no copy).
+    fn decode_data(tag: u8, r: &mut Reader<'_>, bytes: &Bytes, payload: Option<Bytes>) -> Result<Frame, DecodeError> {
+        let view = r.u64()?;
+        let sender = r.u32()?;
+        let index = r.u64()?;
+        let chunk = matches!(tag, TAG_CHUNK | TAG_RELAY_CHUNK);
+        let (total, offset) = if chunk { (r.u32()?, r.u32()?) } else { (0, 0) };
+        let len = r.u32()?;
+        if chunk && (len == 0 || u64::from(offset) + u64::from(len) > u64::from(total)) {
+            return Err(DecodeError::Invalid("chunk outside its message"));
+        }
+        let len = len as usize;
+        let payload = match payload {
+            Some(p) if p.len() == len => p,
+            Some(_) => return Err(DecodeError::Invalid("split payload of another length")),
+            None if len > r.left() => return Err(DecodeError::Short),
+            None => {
+                r.at += len;
+                bytes.slice(r.at - len..r.at)
+            }
+        };
+        Ok(match tag {
+            TAG_DATA | TAG_RELAY => Frame::Data { view, sender, index, payload, relay: tag == TAG_RELAY },
+            _ => Frame::Chunk { view, sender, index, total, offset, bytes: payload, relay: tag == TAG_RELAY_CHUNK },
+        })
+    }
+
     /// Decodes one frame that fills `bytes` exactly. Data payloads are
-    /// slices of `bytes` (no copy).
+    /// slices of `bytes` (no copy). The head of a split frame is not a
+    /// frame by itself ([`Frame::is_head`], [`Frame::decode_split`]).
     pub fn decode(bytes: &Bytes) -> Result<Frame, DecodeError> {
         let mut r = Reader { b: bytes, at: 0 };
         let v = r.u8()?;
@@ -215,36 +314,7 @@ impl Frame {
         }
         let tag = r.u8()?;
         let f = match tag {
-            TAG_DATA | TAG_RELAY => {
-                let view = r.u64()?;
-                let sender = r.u32()?;
-                let index = r.u64()?;
-                let len = r.u32()? as usize;
-                if len > r.left() {
-                    return Err(DecodeError::Short);
-                }
-                let payload = bytes.slice(r.at..r.at + len);
-                r.at += len;
-                Frame::Data { view, sender, index, payload, relay: tag == TAG_RELAY }
-            }
-            TAG_CHUNK | TAG_RELAY_CHUNK => {
-                let view = r.u64()?;
-                let sender = r.u32()?;
-                let index = r.u64()?;
-                let total = r.u32()?;
-                let offset = r.u32()?;
-                let len = r.u32()?;
-                if len == 0 || u64::from(offset) + u64::from(len) > u64::from(total) {
-                    return Err(DecodeError::Invalid("chunk outside its message"));
-                }
-                let len = len as usize;
-                if len > r.left() {
-                    return Err(DecodeError::Short);
-                }
-                let bytes = bytes.slice(r.at..r.at + len);
-                r.at += len;
-                Frame::Chunk { view, sender, index, total, offset, bytes, relay: tag == TAG_RELAY_CHUNK }
-            }
+            TAG_DATA | TAG_RELAY | TAG_CHUNK | TAG_RELAY_CHUNK => Self::decode_data(tag, &mut r, bytes, None)?,
             TAG_NULL => {
                 let view = r.u64()?;
                 let sender = r.u32()?;

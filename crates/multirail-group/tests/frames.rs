@@ -82,6 +82,43 @@ proptest! {
         prop_assert_eq!(Frame::decode(&b), Ok(f));
     }
 
+    /// A data frame or chunk split in head and payload joins back into
+    /// itself, its payload the very bytes given (no copy); the head alone
+    /// is not a frame, and a payload of another length is refused.
+    #[test]
+    fn split_round_trip(f in frame(), extra in 1usize..4) {
+        let Some((head, payload)) = f.encode_head() else {
+            let control = matches!(f, Frame::Null { .. } | Frame::Row(_));
+            prop_assert!(control, "only data frames and chunks split");
+            return Ok(());
+        };
+        prop_assert!(Frame::is_head(&head));
+        prop_assert!(!Frame::is_head(&f.encode()));
+        prop_assert!(Frame::decode(&head).is_err());
+        let joined = Frame::decode_split(&head, payload.clone());
+        prop_assert_eq!(joined.as_ref(), Ok(&f));
+        if let Ok(Frame::Data { payload: p, .. } | Frame::Chunk { bytes: p, .. }) = &joined {
+            prop_assert_eq!(p.as_ptr(), payload.as_ptr(), "the payload is kept, not copied");
+        }
+        let mut longer = payload.to_vec();
+        longer.extend(std::iter::repeat_n(0u8, extra));
+        prop_assert!(Frame::decode_split(&head, Bytes::from(longer)).is_err());
+        if !payload.is_empty() {
+            prop_assert!(Frame::decode_split(&head, payload.slice(1..)).is_err());
+        }
+        prop_assert!(Frame::decode_split(&f.encode(), payload).is_err(), "a whole frame is not a head");
+    }
+
+    #[test]
+    fn mutated_heads_never_panic(f in frame(), at in 0usize..100, byte in any::<u8>(), len in 0usize..64) {
+        if let Some((head, _)) = f.encode_head() {
+            let mut v = head.to_vec();
+            let at = at % v.len();
+            v[at] = byte;
+            let _ = Frame::decode_split(&Bytes::from(v), Bytes::from(vec![0u8; len]));
+        }
+    }
+
     #[test]
     fn garbage_never_panics(v in proptest::collection::vec(any::<u8>(), 0..200)) {
         let _ = Frame::decode(&Bytes::from(v));

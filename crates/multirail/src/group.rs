@@ -88,6 +88,13 @@ const MAX_POSTED_DATA: usize = 64;
 /// others, and those would wait for seconds while every member holds
 /// gigabytes of undeliverable messages.
 const OWN_INFLIGHT_BYTES: usize = 8 << 20;
+/// Data frames and chunks with payloads of at least this many bytes
+/// travel split (the frame's head, then its payload as a message of its
+/// own; see `multirail_group::Frame::encode_head`): a sender's own
+/// payloads then go out as the application's bytes, with no copy behind a
+/// header and none of the page faults of a fresh buffer to copy into. Below
+/// it, the copy costs less than the second message.
+const SPLIT_MIN: usize = 64 << 10;
 
 /// How a group is set up. Ranks are the endpoint's ranks.
 #[derive(Clone, Debug)]
@@ -354,6 +361,7 @@ impl Group {
             own_queue: vec![VecDeque::new(); n],
             own_inflight: vec![0; n],
             reassembled: VecDeque::new(),
+            inbound: (0..n).map(|_| Inbound::default()).collect(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("multirail-group-{}", opts.id))
@@ -534,6 +542,29 @@ struct Posted {
     /// Core rank of the peer.
     peer: u32,
     data: bool,
+    /// Data receives: the order they were posted in for this peer, which
+    /// is the order the peer's data messages fill them (a split frame's
+    /// payload is the message after its head).
+    seq: u64,
+}
+
+/// A data frame or chunk in bytes, as it goes to a peer: whole, or split in
+/// head and payload (two messages, in this order).
+#[derive(Clone)]
+enum Wire {
+    Whole(Bytes),
+    Split(Bytes, Bytes),
+}
+
+/// Data messages from one peer, taken in the order they filled the
+/// receives (completions may come in another), and the head of a split
+/// frame whose payload is the next one.
+#[derive(Default)]
+struct Inbound {
+    posted: u64,
+    next: u64,
+    early: std::collections::BTreeMap<u64, Bytes>,
+    head: Option<Bytes>,
 }
 
 /// The driver thread's state: the core, the posted receives, the sends in
@@ -567,11 +598,13 @@ struct Driver {
     chunk: usize,
     /// Own data frames not yet handed to the endpoint, per peer, and own
     /// bytes handed to it and not yet sent ([`OWN_INFLIGHT_BYTES`]).
-    own_queue: Vec<VecDeque<(u64, Bytes)>>,
+    own_queue: Vec<VecDeque<(u64, Wire)>>,
     own_inflight: Vec<usize>,
     /// Delivered payloads that came in chunks, kept to hand their buffers
     /// back to the core once the application drops them.
     reassembled: VecDeque<Bytes>,
+    /// Per core rank: its data messages, in order.
+    inbound: Vec<Inbound>,
 }
 
 impl Driver {
@@ -580,7 +613,34 @@ impl Driver {
         let buf = if data { self.spare.pop() } else { None };
         let buf = buf.unwrap_or_else(|| BytesMut::zeroed(len));
         let id = self.ep.irecv_exact(self.ranks[peer as usize], tag, buf).ok()?;
-        Some(Posted { id, peer, data })
+        let seq = if data {
+            let inb = &mut self.inbound[peer as usize];
+            inb.posted += 1;
+            inb.posted - 1
+        } else {
+            0
+        };
+        Some(Posted { id, peer, data, seq })
+    }
+
+    /// Takes a data message from `peer` that filled its receive number
+    /// `seq`, and returns the frames it completes, in order, each with the
+    /// bytes it came in: a message waits for those before it, and a split
+    /// frame's head for its payload.
+    fn take_data(&mut self, peer: u32, seq: u64, raw: Bytes, out: &mut Vec<(Result<Frame, String>, Wire)>) {
+        let inb = &mut self.inbound[peer as usize];
+        inb.early.insert(seq, raw);
+        while let Some(raw) = inb.early.remove(&inb.next) {
+            inb.next += 1;
+            if let Some(head) = inb.head.take() {
+                let f = Frame::decode_split(&head, raw.clone()).map_err(|e| e.to_string());
+                out.push((f, Wire::Split(head, raw)));
+            } else if Frame::is_head(&raw) {
+                inb.head = Some(raw);
+            } else {
+                out.push((Frame::decode(&raw).map_err(|e| e.to_string()), Wire::Whole(raw)));
+            }
+        }
     }
 
     /// Takes back the buffers of data frames (received, or own once sent)
@@ -603,24 +663,57 @@ impl Driver {
         take_back(&mut self.reassembled, 4 * self.ranks.len(), |m| core.recycle(m));
     }
 
-    /// The bytes of own data frame `key`: encoded once for every peer,
-    /// into a receive buffer taken back (and taken back in turn once sent).
-    fn own_frame(&mut self, framed: &mut Vec<(FrameKey, Bytes)>, key: FrameKey, frame: &Frame) -> Bytes {
-        if let Some((_, b)) = framed.iter().find(|(k, _)| *k == key) {
-            return b.clone();
+    /// The bytes of own data frame `key`, made once for every peer: a
+    /// large payload split from its head as it is ([`SPLIT_MIN`]), a small
+    /// one encoded behind it into a receive buffer taken back (and taken
+    /// back in turn once sent).
+    fn own_frame(&mut self, framed: &mut Vec<(FrameKey, Wire)>, key: FrameKey, frame: &Frame) -> Wire {
+        if let Some((_, w)) = framed.iter().find(|(k, _)| *k == key) {
+            return w.clone();
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.clear();
-        frame.encode_into(&mut buf);
-        let b = buf.freeze();
-        self.held.push_back(b.clone());
-        framed.push((key, b.clone()));
-        b
+        let w = split(frame).unwrap_or_else(|| {
+            let mut buf = self.spare.pop().unwrap_or_default();
+            buf.clear();
+            frame.encode_into(&mut buf);
+            let b = buf.freeze();
+            self.held.push_back(b.clone());
+            Wire::Whole(b)
+        });
+        framed.push((key, w.clone()));
+        w
+    }
+
+    /// Hands `wire` to the endpoint for core rank `to` (two messages if
+    /// split); `own`: it is one of our own frames. False if the peer is
+    /// gone.
+    fn send_wire(&mut self, to: u32, wire: Wire, own: bool, sends: &mut Vec<Sent>) -> bool {
+        let parts = match wire {
+            Wire::Whole(b) => [Some(b), None],
+            Wire::Split(h, p) => [Some(h), Some(p)],
+        };
+        for b in parts.into_iter().flatten() {
+            let len = b.len();
+            match self.ep.isend_reserved_later(self.ranks[to as usize], self.data_tag, b) {
+                Ok(id) => {
+                    let own = if own { len } else { 0 };
+                    self.own_inflight[to as usize] += own;
+                    sends.push(Sent { id, peer: to, own });
+                }
+                Err(_) => {
+                    self.lose(to);
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     fn lose(&mut self, peer: u32) {
         if !std::mem::replace(&mut self.lost[peer as usize], true) {
             self.own_queue[peer as usize].clear();
+            let inb = &mut self.inbound[peer as usize];
+            inb.early.clear();
+            inb.head = None;
             self.core.on_peer_lost(peer);
         }
     }
@@ -640,18 +733,10 @@ impl Driver {
         // cost it a fifth of its rate on the testbed, 2026-11-27).
         let cap = if self.core.senders().len() > 1 { OWN_INFLIGHT_BYTES } else { usize::MAX };
         while self.own_inflight[to] < cap
-            && let Some((_, b)) = self.own_queue[to].pop_front()
+            && let Some((_, w)) = self.own_queue[to].pop_front()
         {
-            let own = b.len();
-            match self.ep.isend_reserved_later(self.ranks[to], self.data_tag, b) {
-                Ok(id) => {
-                    self.own_inflight[to] += own;
-                    sends.push(Sent { id, peer: to as u32, own });
-                }
-                Err(_) => {
-                    self.lose(to as u32);
-                    return false;
-                }
+            if !self.send_wire(to as u32, w, true, sends) {
+                return false;
             }
         }
         true
@@ -680,7 +765,8 @@ impl Driver {
         // receives or makes it, so the list is cleared every turn; a frame it
         // sends later (one of the next view, held until the install) is
         // encoded again.
-        let mut framed: Vec<(FrameKey, Bytes)> = Vec::new();
+        let mut framed: Vec<(FrameKey, Wire)> = Vec::new();
+        let mut frames = Vec::new();
         let mut again = false;
         loop {
             // The application's messages, as far as the window allows.
@@ -722,19 +808,37 @@ impl Driver {
                         let raw = buf.freeze();
                         if p.data {
                             self.held.push_back(raw.clone());
+                            self.take_data(p.peer, p.seq, raw, &mut frames);
+                        } else {
+                            frames.push((Frame::decode(&raw).map_err(|e| e.to_string()), Wire::Whole(raw)));
                         }
-                        match Frame::decode(&raw) {
-                            Ok(f) => {
-                                if let Some(key) = data_key(&f).filter(|_| is_relayed(&f)) {
-                                    framed.push((key, raw.clone()));
+                        for (f, wire) in frames.drain(..) {
+                            match f {
+                                Ok(f) => {
+                                    if let Some(key) = data_key(&f).filter(|_| is_relayed(&f)) {
+                                        framed.push((key, wire));
+                                    }
+                                    self.core.on_message(p.peer, f)
                                 }
-                                self.core.on_message(p.peer, f)
+                                Err(e) => {
+                                    tracing::warn!(peer = self.ranks[p.peer as usize], "group frame dropped: {e}")
+                                }
                             }
-                            Err(e) => tracing::warn!(peer = self.ranks[p.peer as usize], "group frame dropped: {e}"),
                         }
                     }
                     Completion::Recv(Err(RecvError::Truncated { status, buf_len }), _) => {
                         tracing::warn!(peer = status.peer, len = status.len, buf_len, "group frame too long, dropped");
+                        if p.data {
+                            // Its place in the peer's order is taken (by
+                            // nothing: it and a head waiting for it are
+                            // dropped), so the messages after it go on.
+                            self.take_data(p.peer, p.seq, Bytes::new(), &mut frames);
+                            for (f, _) in frames.drain(..) {
+                                if let Err(e) = f {
+                                    tracing::warn!(peer = status.peer, "group frame dropped: {e}");
+                                }
+                            }
+                        }
                     }
                     Completion::Recv(Err(_), _) | Completion::Send(_) => {
                         self.lose(p.peer);
@@ -778,11 +882,11 @@ impl Driver {
                         if self.lost[to as usize] {
                             continue;
                         }
-                        let (tag, bytes) = match data_key(&frame) {
+                        let bytes = match data_key(&frame) {
                             Some(key) if key.1 == self.me as u32 => {
                                 // Own: paced (see OWN_INFLIGHT_BYTES).
-                                let bytes = self.own_frame(&mut framed, key, &frame);
-                                self.own_queue[to as usize].push_back((key.0, bytes));
+                                let wire = self.own_frame(&mut framed, key, &frame);
+                                self.own_queue[to as usize].push_back((key.0, wire));
                                 if !self.pump_to(to as usize, &mut sends) {
                                     again = true;
                                 }
@@ -790,15 +894,18 @@ impl Driver {
                             }
                             Some(key) => {
                                 // Passed on as received (see `framed`).
-                                let bytes = match framed.iter().find(|(k, _)| *k == key) {
-                                    Some((_, b)) => b.clone(),
-                                    None => frame.encode(),
+                                let wire = match framed.iter().find(|(k, _)| *k == key) {
+                                    Some((_, w)) => w.clone(),
+                                    None => split(&frame).unwrap_or_else(|| Wire::Whole(frame.encode())),
                                 };
-                                (self.data_tag, bytes)
+                                if !self.send_wire(to, wire, false, &mut sends) {
+                                    again = true;
+                                }
+                                continue;
                             }
-                            None => (self.ctrl_tag, frame.encode()),
+                            None => frame.encode(),
                         };
-                        match self.ep.isend_reserved_later(self.ranks[to as usize], tag, bytes) {
+                        match self.ep.isend_reserved_later(self.ranks[to as usize], self.ctrl_tag, bytes) {
                             Ok(id) => sends.push(Sent { id, peer: to, own: 0 }),
                             Err(_) => {
                                 self.lose(to);
@@ -938,6 +1045,12 @@ struct Sent {
 
 /// (view, sender, index, offset) of a data frame or chunk.
 type FrameKey = (u64, u32, u64, u32);
+
+/// `frame` split in head and payload if its payload is [`SPLIT_MIN`] bytes
+/// or more (the payload as it is, no copy).
+fn split(frame: &Frame) -> Option<Wire> {
+    frame.encode_head().filter(|(_, p)| p.len() >= SPLIT_MIN).map(|(h, p)| Wire::Split(h, p))
+}
 
 /// The key of a data frame or chunk among the turn's frames in bytes.
 fn data_key(f: &Frame) -> Option<FrameKey> {
