@@ -567,6 +567,29 @@ struct Inbound {
     head: Option<Bytes>,
 }
 
+impl Inbound {
+    /// Takes the data message that filled receive number `seq` and
+    /// appends the frames it completes, in order, each with the bytes it
+    /// came in: a message waits for those before it, and a split frame's
+    /// head for its payload. An empty message (one that could not be
+    /// received) is not a frame: it is reported as one that failed to
+    /// decode, and so is a head waiting for it.
+    fn take(&mut self, seq: u64, raw: Bytes, out: &mut Vec<(Result<Frame, String>, Wire)>) {
+        self.early.insert(seq, raw);
+        while let Some(raw) = self.early.remove(&self.next) {
+            self.next += 1;
+            if let Some(head) = self.head.take() {
+                let f = Frame::decode_split(&head, raw.clone()).map_err(|e| e.to_string());
+                out.push((f, Wire::Split(head, raw)));
+            } else if Frame::is_head(&raw) {
+                self.head = Some(raw);
+            } else {
+                out.push((Frame::decode(&raw).map_err(|e| e.to_string()), Wire::Whole(raw)));
+            }
+        }
+    }
+}
+
 /// The driver thread's state: the core, the posted receives, the sends in
 /// flight.
 struct Driver {
@@ -623,24 +646,8 @@ impl Driver {
         Some(Posted { id, peer, data, seq })
     }
 
-    /// Takes a data message from `peer` that filled its receive number
-    /// `seq`, and returns the frames it completes, in order, each with the
-    /// bytes it came in: a message waits for those before it, and a split
-    /// frame's head for its payload.
     fn take_data(&mut self, peer: u32, seq: u64, raw: Bytes, out: &mut Vec<(Result<Frame, String>, Wire)>) {
-        let inb = &mut self.inbound[peer as usize];
-        inb.early.insert(seq, raw);
-        while let Some(raw) = inb.early.remove(&inb.next) {
-            inb.next += 1;
-            if let Some(head) = inb.head.take() {
-                let f = Frame::decode_split(&head, raw.clone()).map_err(|e| e.to_string());
-                out.push((f, Wire::Split(head, raw)));
-            } else if Frame::is_head(&raw) {
-                inb.head = Some(raw);
-            } else {
-                out.push((Frame::decode(&raw).map_err(|e| e.to_string()), Wire::Whole(raw)));
-            }
-        }
+        self.inbound[peer as usize].take(seq, raw, out);
     }
 
     /// Takes back the buffers of data frames (received, or own once sent)
@@ -812,37 +819,31 @@ impl Driver {
                         } else {
                             frames.push((Frame::decode(&raw).map_err(|e| e.to_string()), Wire::Whole(raw)));
                         }
-                        for (f, wire) in frames.drain(..) {
-                            match f {
-                                Ok(f) => {
-                                    if let Some(key) = data_key(&f).filter(|_| is_relayed(&f)) {
-                                        framed.push((key, wire));
-                                    }
-                                    self.core.on_message(p.peer, f)
-                                }
-                                Err(e) => {
-                                    tracing::warn!(peer = self.ranks[p.peer as usize], "group frame dropped: {e}")
-                                }
-                            }
-                        }
                     }
                     Completion::Recv(Err(RecvError::Truncated { status, buf_len }), _) => {
                         tracing::warn!(peer = status.peer, len = status.len, buf_len, "group frame too long, dropped");
                         if p.data {
-                            // Its place in the peer's order is taken (by
-                            // nothing: it and a head waiting for it are
-                            // dropped), so the messages after it go on.
+                            // Its place in the peer's order is taken by
+                            // nothing (it, and a head waiting for it, are
+                            // dropped as undecodable), so the messages
+                            // held behind it go on.
                             self.take_data(p.peer, p.seq, Bytes::new(), &mut frames);
-                            for (f, _) in frames.drain(..) {
-                                if let Err(e) = f {
-                                    tracing::warn!(peer = status.peer, "group frame dropped: {e}");
-                                }
-                            }
                         }
                     }
                     Completion::Recv(Err(_), _) | Completion::Send(_) => {
                         self.lose(p.peer);
                         continue;
+                    }
+                }
+                for (f, wire) in frames.drain(..) {
+                    match f {
+                        Ok(f) => {
+                            if let Some(key) = data_key(&f).filter(|_| is_relayed(&f)) {
+                                framed.push((key, wire));
+                            }
+                            self.core.on_message(p.peer, f)
+                        }
+                        Err(e) => tracing::warn!(peer = self.ranks[p.peer as usize], "group frame dropped: {e}"),
                     }
                 }
                 if !self.lost[p.peer as usize] {
@@ -1047,9 +1048,14 @@ struct Sent {
 type FrameKey = (u64, u32, u64, u32);
 
 /// `frame` split in head and payload if its payload is [`SPLIT_MIN`] bytes
-/// or more (the payload as it is, no copy).
+/// or more (the payload as it is, no copy). A smaller frame costs no head.
 fn split(frame: &Frame) -> Option<Wire> {
-    frame.encode_head().filter(|(_, p)| p.len() >= SPLIT_MIN).map(|(h, p)| Wire::Split(h, p))
+    match frame {
+        Frame::Data { payload, .. } | Frame::Chunk { bytes: payload, .. } if payload.len() >= SPLIT_MIN => {
+            frame.encode_head().map(|(h, p)| Wire::Split(h, p))
+        }
+        _ => None,
+    }
 }
 
 /// The key of a data frame or chunk among the turn's frames in bytes.
@@ -1063,4 +1069,64 @@ fn data_key(f: &Frame) -> Option<FrameKey> {
 
 fn is_relayed(f: &Frame) -> bool {
     matches!(f, Frame::Data { relay: true, .. } | Frame::Chunk { relay: true, .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(index: u64, len: usize) -> Frame {
+        Frame::Data { view: 0, sender: 1, index, payload: Bytes::from(vec![index as u8; len]), relay: true }
+    }
+
+    fn taken(out: &mut Vec<(Result<Frame, String>, Wire)>) -> Vec<Result<u64, ()>> {
+        out.drain(..)
+            .map(|(f, _)| match f {
+                Ok(Frame::Data { index, payload, .. }) => {
+                    assert!(payload.iter().all(|&b| b == index as u8));
+                    Ok(index)
+                }
+                _ => Err(()),
+            })
+            .collect()
+    }
+
+    /// A peer's data messages become frames in the order they filled the
+    /// receives, whatever order they complete in; a split frame's head
+    /// waits for its payload, which is kept as it came.
+    #[test]
+    fn data_messages_are_taken_in_order_and_split_frames_joined() {
+        let mut inb = Inbound::default();
+        let mut out = Vec::new();
+        let (head, payload) = data(1, SPLIT_MIN).encode_head().expect("a data frame");
+        // Receives 0..4: whole frame 0, head and payload of frame 1, whole frame 2.
+        inb.take(2, payload.clone(), &mut out);
+        inb.take(3, data(2, 10).encode(), &mut out);
+        assert!(out.is_empty(), "nothing before receive 0 has come");
+        inb.take(1, head, &mut out);
+        assert!(out.is_empty());
+        inb.take(0, data(0, 10).encode(), &mut out);
+        let joined = out.iter().find_map(|(_, w)| match w {
+            Wire::Split(_, p) => Some(p.as_ptr()),
+            Wire::Whole(_) => None,
+        });
+        assert_eq!(joined, Some(payload.as_ptr()), "the payload as it came, not a copy");
+        assert_eq!(taken(&mut out), vec![Ok(0), Ok(1), Ok(2)]);
+    }
+
+    /// A message that could not be received (empty) takes its place in the
+    /// order: the head waiting for it is dropped with it, and the messages
+    /// held behind it go on.
+    #[test]
+    fn a_message_not_received_releases_those_behind_it() {
+        let mut inb = Inbound::default();
+        let mut out = Vec::new();
+        let (head, _) = data(0, SPLIT_MIN).encode_head().expect("a data frame");
+        inb.take(0, head, &mut out);
+        inb.take(2, data(1, 10).encode(), &mut out);
+        inb.take(3, data(2, 10).encode(), &mut out);
+        assert!(out.is_empty());
+        inb.take(1, Bytes::new(), &mut out);
+        assert_eq!(taken(&mut out), vec![Err(()), Ok(1), Ok(2)]);
+    }
 }
