@@ -23,18 +23,29 @@
 //!
 //! # Who drives the core
 //!
-//! Each `Group` runs one driver thread. It owns the core and the posted
-//! receives, sleeps inside the endpoint's progress engine until a group
-//! frame arrives, the application hands it a message, or the next tick is
-//! due, and then runs one turn (inputs, then `drain_effects`). The
-//! alternative, driving the core from inside the application's calls, was
-//! rejected: the core must bump its heartbeat and push its row every few
-//! milliseconds, and an application busy elsewhere for longer than the
-//! failure timeout (1 s by default) would be excluded by the others, and
-//! would also hold back the window of every sender that waits for its rows.
-//! A thread keeps the member live whatever the application does; the cost
-//! is a hand-off between the application thread and the driver for each
-//! `ordered_send` burst and each batch of deliveries.
+//! The core, the posted receives and the sends in flight sit behind one
+//! lock; whoever holds it runs a turn (inputs, then `drain_effects`, then
+//! the effects out). Three kinds of thread do:
+//!
+//! * The application thread in [`Group::recv`]: it runs turns, then waits
+//!   inside the endpoint's progress engine itself until a group frame
+//!   arrives, a message is handed over, or the next tick is due. A
+//!   delivery wakes that thread alone.
+//! * The thread in [`Group::ordered_send`], when the group's queue was
+//!   empty and nobody else runs a turn: the message leaves in that call.
+//! * The group's own driver thread, whenever no application thread is in
+//!   `recv` (and for 2 ms after one was): the core must bump its
+//!   heartbeat and push its row every few milliseconds, and an
+//!   application busy elsewhere for longer than the failure timeout (1 s
+//!   by default) would be excluded by the others, and would also hold
+//!   back the window of every sender that waits for its rows. The thread
+//!   keeps the member live whatever the application does.
+//!
+//! Before 2026-11-28 only the driver thread ran turns, and a message cost a
+//! hand-off from the sending thread to the driver and one from the driver
+//! to the receiving thread: on the 3-host testbed of the 2-vCPU machine,
+//! with one sender's 8 B messages sent one at a time, each hand-off took
+//! about 30 µs of the message's 290 µs (docs/benchmarks.md).
 //!
 //! # Large messages
 //!
@@ -48,7 +59,7 @@
 //! nobody holds them and reused.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -95,6 +106,13 @@ const OWN_INFLIGHT_BYTES: usize = 8 << 20;
 /// header and none of the page faults of a fresh buffer to copy into. Below
 /// it, the copy costs less than the second message.
 const SPLIT_MIN: usize = 64 << 10;
+/// The driver thread stays parked this long after an application thread
+/// last drove the group from `recv`: one that receives in a loop comes
+/// back within microseconds, and taking the endpoint back from it each
+/// time would cost two wake-ups per delivery.
+const HANDOFF: Duration = Duration::from_millis(2);
+/// Turns an application thread runs back to back before it waits.
+const APP_TURNS: usize = 16;
 
 /// How a group is set up. Ranks are the endpoint's ranks.
 #[derive(Clone, Debug)]
@@ -227,21 +245,33 @@ struct State {
     shutdown: bool,
     view: u64,
     members: Vec<u32>,
-    /// Threads asleep on `events_cv` and on `space_cv`: a notify without
-    /// sleepers is skipped (it costs a system call).
-    recv_waiters: usize,
+    /// Threads asleep on `space_cv`: a notify without sleepers is skipped
+    /// (it costs a system call).
     send_waiters: usize,
 }
 
 struct Common {
     st: Mutex<State>,
-    /// Signalled when events arrive or the group stops (receivers wait).
-    events_cv: Condvar,
-    /// Signalled when the outbox drains or the group stops (senders wait):
-    /// apart, so that a message taken does not wake a receiver for nothing.
+    /// Signalled when the outbox drains or the group stops (senders wait).
+    /// Receivers wait inside the endpoint instead (`Group::drive_here`).
     space_cv: Condvar,
-    /// The application handed the driver something: cut its wait short.
+    /// The application handed the driver something, or a turn ran in
+    /// another thread (the receives a waiter watches may have changed):
+    /// cut the wait short.
     kick: AtomicBool,
+    /// `events` holds something or the group stopped: a receiving thread
+    /// waiting inside the endpoint returns (read under the endpoint's
+    /// lock, where `st` cannot be taken).
+    has_events: AtomicBool,
+    /// Application threads inside `recv` driving the group themselves
+    /// (see "Who drives the core"), and when the last of them left (ns
+    /// since `base`).
+    app_drivers: AtomicUsize,
+    app_left: AtomicU64,
+    base: Instant,
+    /// The driver thread sleeps on `idle_cv` (not inside the endpoint).
+    parked: AtomicBool,
+    idle_cv: Condvar,
 }
 
 impl Common {
@@ -251,8 +281,83 @@ impl Common {
 
     /// Every waiting thread looks again (the group stopped or closes).
     fn wake_all(&self) {
-        self.events_cv.notify_all();
         self.space_cv.notify_all();
+        self.idle_cv.notify_all();
+    }
+
+    /// Application threads drive the group now, or did less than
+    /// [`HANDOFF`] ago: the driver thread stays out of their way.
+    fn apps_drive(&self) -> bool {
+        self.app_drivers.load(Ordering::Acquire) > 0
+            || self.base.elapsed().as_nanos() as u64 - self.app_left.load(Ordering::Acquire) < HANDOFF.as_nanos() as u64
+    }
+
+    /// The endpoint failed under a waiting thread: the group stops.
+    fn fail(&self, ep: &Endpoint) {
+        let mut st = self.lock();
+        st.stopped.get_or_insert(Stop::Failed);
+        drop(st);
+        self.has_events.store(true, Ordering::Release);
+        self.wake_all();
+        ep.nudge();
+    }
+}
+
+/// What to do after a turn.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Turn {
+    /// Run another one at once.
+    Again,
+    /// Wait for an arrival, a kick or the tick.
+    Wait,
+    /// The group stopped or closes: no more turns.
+    Stopped,
+}
+
+/// Waits inside the endpoint (its progress runs meanwhile) until one of
+/// `ids` completed, the kick or `until`, and also: for an application
+/// thread (`app`), events to return; for the driver thread, an
+/// application thread that drives (it then parks). False if the endpoint
+/// failed.
+fn wait_in_endpoint(ep: &Endpoint, c: &Common, ids: &[ReqId], app: bool, until: Instant) -> bool {
+    let mut ready = |g: &mut crate::shared::Inner| {
+        c.kick.load(Ordering::Acquire)
+            || if app { c.has_events.load(Ordering::Acquire) } else { c.app_drivers.load(Ordering::Acquire) > 0 }
+            || (!g.done.is_empty() && ids.iter().any(|id| g.done.contains_key(id)))
+    };
+    ep.wait_for(&mut ready, until).is_ok()
+}
+
+/// The driver thread: runs the turns while no application thread does
+/// (see "Who drives the core").
+fn drive(state: Arc<Mutex<Driver>>, common: Arc<Common>, ep: Arc<Endpoint>, tick: Duration) {
+    loop {
+        if common.apps_drive() {
+            let st = common.lock();
+            if st.shutdown || st.stopped.is_some() {
+                break;
+            }
+            common.parked.store(true, Ordering::Release);
+            drop(common.idle_cv.wait_timeout(st, HANDOFF).unwrap_or_else(|e| e.into_inner()));
+            common.parked.store(false, Ordering::Release);
+            continue;
+        }
+        let mut d = state.lock().unwrap_or_else(|e| e.into_inner());
+        let (next, produced) = d.turn();
+        let ids = if next == Turn::Wait { d.wait_ids() } else { Vec::new() };
+        drop(d);
+        if produced && common.app_drivers.load(Ordering::Acquire) > 0 {
+            ep.nudge();
+        }
+        match next {
+            Turn::Stopped => break,
+            Turn::Again => continue,
+            Turn::Wait => {}
+        }
+        if !wait_in_endpoint(&ep, &common, &ids, false, Instant::now() + tick) {
+            common.fail(&ep);
+            break;
+        }
     }
 }
 
@@ -265,7 +370,10 @@ impl Common {
 /// one thread may send while another receives.
 pub struct Group {
     common: Arc<Common>,
+    /// The core and everything around it; whoever holds it runs turns.
+    state: Arc<Mutex<Driver>>,
     driver: Mutex<Option<JoinHandle<()>>>,
+    tick: Duration,
     ep: Arc<Endpoint>,
     me: u32,
     sender: bool,
@@ -331,16 +439,21 @@ impl Group {
                 shutdown: false,
                 view: 0,
                 members: members.clone(),
-                recv_waiters: 0,
                 send_waiters: 0,
             }),
-            events_cv: Condvar::new(),
             space_cv: Condvar::new(),
             kick: AtomicBool::new(false),
+            has_events: AtomicBool::new(false),
+            app_drivers: AtomicUsize::new(0),
+            app_left: AtomicU64::new(0),
+            base: Instant::now(),
+            parked: AtomicBool::new(false),
+            idle_cv: Condvar::new(),
         });
         let max_frame = opts.max_message.min(opts.chunk) + DATA_OVERHEAD;
         let n = members.len();
-        let driver = Driver {
+        let tick = (opts.heartbeat_interval / 2).max(Duration::from_millis(1));
+        let mut driver = Driver {
             ep: ep.clone(),
             common: common.clone(),
             core,
@@ -351,7 +464,6 @@ impl Group {
             data_frame: max_frame,
             ctrl_frame: 128 + 48 * n,
             posted_data: (POSTED_DATA_BYTES / max_frame).clamp(2, (opts.window as usize).clamp(2, MAX_POSTED_DATA)),
-            tick: (opts.heartbeat_interval / 2).max(Duration::from_millis(1)),
             lost: vec![false; n],
             heard: vec![0; n],
             heard_now: Vec::with_capacity(n),
@@ -362,14 +474,27 @@ impl Group {
             own_inflight: vec![0; n],
             reassembled: VecDeque::new(),
             inbound: (0..n).map(|_| Inbound::default()).collect(),
+            recvs: Vec::new(),
+            sends: Vec::new(),
+            framed: Vec::new(),
+            frames: Vec::new(),
+            t0: Instant::now(),
+            finished: false,
         };
-        let handle = std::thread::Builder::new()
-            .name(format!("multirail-group-{}", opts.id))
-            .spawn(move || driver.run())
-            .map_err(Error::Io)?;
+        driver.start();
+        let state = Arc::new(Mutex::new(driver));
+        let handle = {
+            let (state, common, ep) = (state.clone(), common.clone(), ep.clone());
+            std::thread::Builder::new()
+                .name(format!("multirail-group-{}", opts.id))
+                .spawn(move || drive(state, common, ep, tick))
+                .map_err(Error::Io)?
+        };
         Ok(Group {
             common,
+            state,
             driver: Mutex::new(Some(handle)),
+            tick,
             ep,
             me,
             sender,
@@ -427,16 +552,47 @@ impl Group {
             if st.outbox.len() < self.outbox_cap {
                 break;
             }
-            st = self.wait(false, st, deadline)?;
+            st = self.wait_space(st, deadline)?;
         }
         let first = st.outbox.is_empty();
         st.outbox.push_back(payload);
         drop(st);
         if first {
-            self.common.kick.store(true, Ordering::Release);
-            self.ep.nudge();
+            self.send_now();
         }
         Ok(())
+    }
+
+    /// The outbox was empty: run a turn here if nobody else runs one, so
+    /// that the message leaves now rather than after the driver wakes up;
+    /// else kick the thread that drives.
+    fn send_now(&self) {
+        let c = &self.common;
+        let mut d = match self.state.try_lock() {
+            Ok(d) => d,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                c.kick.store(true, Ordering::Release);
+                self.ep.nudge();
+                return;
+            }
+        };
+        let mut produced = false;
+        for _ in 0..APP_TURNS {
+            let (next, p) = d.turn();
+            produced |= p;
+            if next != Turn::Again {
+                break;
+            }
+        }
+        drop(d);
+        // The receives a waiting thread watches may have been taken and
+        // posted again: it looks again at its next wake-up; one waiting
+        // for these events wakes now.
+        c.kick.store(true, Ordering::Release);
+        if produced && c.app_drivers.load(Ordering::Acquire) > 0 {
+            self.ep.nudge();
+        }
     }
 
     /// The next delivery or view change; blocks until there is one.
@@ -456,6 +612,9 @@ impl Group {
     pub fn try_recv(&self) -> Result<Option<GroupEvent>, GroupError> {
         let mut st = self.common.lock();
         if let Some(e) = st.events.pop_front() {
+            if st.events.is_empty() && st.stopped.is_none() {
+                self.common.has_events.store(false, Ordering::Release);
+            }
             return Ok(Some(e));
         }
         match st.stopped {
@@ -465,29 +624,75 @@ impl Group {
     }
 
     fn recv_until(&self, deadline: Option<Instant>) -> Result<Option<GroupEvent>, GroupError> {
-        let mut st = self.common.lock();
         loop {
-            if let Some(e) = st.events.pop_front() {
-                return Ok(Some(e));
+            {
+                let mut st = self.common.lock();
+                if let Some(e) = st.events.pop_front() {
+                    if st.events.is_empty() && st.stopped.is_none() {
+                        self.common.has_events.store(false, Ordering::Release);
+                    }
+                    return Ok(Some(e));
+                }
+                if let Some(s) = st.stopped {
+                    return Err(s.error());
+                }
+                if st.shutdown {
+                    return Err(GroupError::Closed);
+                }
             }
-            if let Some(s) = st.stopped {
-                return Err(s.error());
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
             }
-            if st.shutdown {
-                return Err(GroupError::Closed);
-            }
-            st = match self.wait(true, st, deadline) {
-                Ok(st) => st,
-                Err(GroupError::Timeout) => return Ok(None),
-                Err(e) => return Err(e),
-            };
+            let until = deadline.map_or(now + self.tick, |d| d.min(now + self.tick));
+            self.drive_here(until);
         }
     }
 
-    /// Sleeps on `events_cv` (`recv`) or `space_cv`, counted as a sleeper.
-    fn wait<'a>(
+    /// Drives the group from this (receiving) thread: runs turns, then
+    /// waits inside the endpoint until an arrival, a kick, events or
+    /// `until`. A delivery then wakes this thread only, instead of the
+    /// driver thread and then this one.
+    fn drive_here(&self, until: Instant) {
+        let c = &self.common;
+        c.app_drivers.fetch_add(1, Ordering::AcqRel);
+        if !c.parked.load(Ordering::Acquire) {
+            // Get the driver thread out of the endpoint: it parks.
+            c.kick.store(true, Ordering::Release);
+            self.ep.nudge();
+        }
+        let mut d = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut produced = false;
+        let mut next = Turn::Again;
+        for _ in 0..APP_TURNS {
+            let (n, p) = d.turn();
+            produced |= p;
+            next = n;
+            if n != Turn::Again {
+                break;
+            }
+        }
+        let ids = d.wait_ids();
+        drop(d);
+        if next == Turn::Again {
+            c.kick.store(true, Ordering::Release);
+        }
+        if produced && c.app_drivers.load(Ordering::Acquire) > 1 {
+            // Another receiving thread waits in the endpoint.
+            self.ep.nudge();
+        }
+        if next != Turn::Stopped && !c.has_events.load(Ordering::Acquire) {
+            if !wait_in_endpoint(&self.ep, c, &ids, true, until) {
+                c.fail(&self.ep);
+            }
+        }
+        c.app_left.store(c.base.elapsed().as_nanos() as u64, Ordering::Release);
+        c.app_drivers.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Sleeps on `space_cv`, counted as a sleeper.
+    fn wait_space<'a>(
         &'a self,
-        recv: bool,
         mut st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
     ) -> Result<MutexGuard<'a, State>, GroupError> {
@@ -501,13 +706,9 @@ impl Group {
                 (d - now).min(Duration::from_millis(100))
             }
         };
-        fn sleepers(st: &mut State, recv: bool) -> &mut usize {
-            if recv { &mut st.recv_waiters } else { &mut st.send_waiters }
-        }
-        let cv = if recv { &self.common.events_cv } else { &self.common.space_cv };
-        *sleepers(&mut st, recv) += 1;
-        let mut st = cv.wait_timeout(st, t).unwrap_or_else(|e| e.into_inner()).0;
-        *sleepers(&mut st, recv) -= 1;
+        st.send_waiters += 1;
+        let mut st = self.common.space_cv.wait_timeout(st, t).unwrap_or_else(|e| e.into_inner()).0;
+        st.send_waiters -= 1;
         Ok(st)
     }
 
@@ -523,6 +724,8 @@ impl Group {
         if let Some(h) = handle {
             self.common.lock().shutdown = true;
             self.common.kick.store(true, Ordering::Release);
+            self.common.has_events.store(true, Ordering::Release);
+            self.common.idle_cv.notify_all();
             self.ep.nudge();
             let _ = h.join();
             self.common.wake_all();
@@ -604,7 +807,6 @@ struct Driver {
     data_frame: usize,
     ctrl_frame: usize,
     posted_data: usize,
-    tick: Duration,
     /// Core ranks reported lost to the core.
     lost: Vec<bool>,
     /// When the channel last heard from each core rank (endpoint clock,
@@ -628,6 +830,22 @@ struct Driver {
     reassembled: VecDeque<Bytes>,
     /// Per core rank: its data messages, in order.
     inbound: Vec<Inbound>,
+    /// Receives posted, sends not finished.
+    recvs: Vec<Posted>,
+    sends: Vec<Sent>,
+    /// Data frames and chunks already in bytes this turn, by (view,
+    /// sender, index, offset): relayed ones as received (the core passes
+    /// them on unchanged, so they go out without a new copy) and own ones
+    /// once encoded (one encoding for every peer). The core sends a frame
+    /// in the turn that receives or makes it, so the list is cleared every
+    /// turn; a frame it sends later (one of the next view, held until the
+    /// install) is encoded again. Kept between turns for its memory only,
+    /// as is `frames` (those a turn's arrivals complete).
+    framed: Vec<(FrameKey, Wire)>,
+    frames: Vec<(Result<Frame, String>, Wire)>,
+    t0: Instant,
+    /// A turn stopped the group (or found it closing): no more turns.
+    finished: bool,
 }
 
 impl Driver {
@@ -749,267 +967,276 @@ impl Driver {
         true
     }
 
-    fn run(mut self) {
-        let t0 = Instant::now();
-        let mut recvs: Vec<Posted> = Vec::new();
+    /// Posts the first receives: a window of data receives and a few
+    /// control receives per peer.
+    fn start(&mut self) {
         for j in 0..self.ranks.len() as u32 {
             if j as usize == self.me {
                 continue;
             }
             for k in 0..self.posted_data + POSTED_CTRL {
                 match self.post(j, k < self.posted_data) {
-                    Some(p) => recvs.push(p),
+                    Some(p) => self.recvs.push(p),
                     None => self.lose(j),
                 }
             }
         }
-        let mut sends: Vec<Sent> = Vec::new();
-        // Data frames and chunks already in bytes this turn, by (view,
-        // sender, index, offset):
-        // relayed ones as received (the core passes them on unchanged, so
-        // they go out without a new copy) and own ones once encoded (one
-        // encoding for every peer). The core sends a frame in the turn that
-        // receives or makes it, so the list is cleared every turn; a frame it
-        // sends later (one of the next view, held until the install) is
-        // encoded again.
-        let mut framed: Vec<(FrameKey, Wire)> = Vec::new();
-        let mut frames = Vec::new();
+    }
+
+    /// One turn: the application's messages, arrivals, finished sends,
+    /// time and failures into the core, then its effects out. Returns what
+    /// to do next, and whether it gave the application something (events,
+    /// a view, a stop).
+    fn turn(&mut self) -> (Turn, bool) {
+        if self.finished {
+            return (Turn::Stopped, false);
+        }
+        let mut sends = std::mem::take(&mut self.sends);
+        let mut framed = std::mem::take(&mut self.framed);
+        let mut frames = std::mem::take(&mut self.frames);
+        let r = self.turn_with(&mut sends, &mut framed, &mut frames);
+        self.sends = sends;
+        self.framed = framed;
+        self.frames = frames;
+        r
+    }
+
+    fn turn_with(
+        &mut self,
+        sends: &mut Vec<Sent>,
+        framed: &mut Vec<(FrameKey, Wire)>,
+        frames: &mut Vec<(Result<Frame, String>, Wire)>,
+    ) -> (Turn, bool) {
         let mut again = false;
-        loop {
-            // The application's messages, as far as the window allows.
-            {
-                let mut st = self.common.lock();
-                if st.shutdown {
-                    break;
-                }
-                self.common.kick.store(false, Ordering::Release);
-                let mut moved = false;
-                while let Some(p) = st.outbox.front() {
-                    match self.core.send(p.clone()) {
-                        Ok(_) => {
-                            st.outbox.pop_front();
-                            moved = true;
-                        }
-                        Err(multirail_group::SendError::TooLarge | multirail_group::SendError::NotASender) => {
-                            // Checked by the caller; drop it rather than stall.
-                            st.outbox.pop_front();
-                        }
-                        Err(_) => break,
+        // The application's messages, as far as the window allows.
+        {
+            let mut st = self.common.lock();
+            if st.shutdown {
+                self.finished = true;
+                return (Turn::Stopped, false);
+            }
+            self.common.kick.store(false, Ordering::Release);
+            let mut moved = false;
+            while let Some(p) = st.outbox.front() {
+                match self.core.send(p.clone()) {
+                    Ok(_) => {
+                        st.outbox.pop_front();
+                        moved = true;
                     }
-                }
-                if moved && st.send_waiters > 0 {
-                    self.common.space_cv.notify_all();
-                }
-            }
-            // Arrivals, taken out of the list last first (each swap_remove
-            // moves an element that is not taken), then handled in order.
-            let mut done = Vec::new();
-            self.ep.take_completions(recvs.iter().map(|p| p.id), &mut done);
-            let mut arrived: Vec<(Posted, Completion)> =
-                done.into_iter().rev().map(|(i, c)| (recvs.swap_remove(i), c)).collect();
-            arrived.reverse();
-            for (p, c) in arrived {
-                match c {
-                    Completion::Recv(Ok(st), mut buf) => {
-                        buf.truncate(st.len as usize);
-                        let raw = buf.freeze();
-                        if p.data {
-                            self.held.push_back(raw.clone());
-                            self.take_data(p.peer, p.seq, raw, &mut frames);
-                        } else {
-                            frames.push((Frame::decode(&raw).map_err(|e| e.to_string()), Wire::Whole(raw)));
-                        }
+                    Err(multirail_group::SendError::TooLarge | multirail_group::SendError::NotASender) => {
+                        // Checked by the caller; drop it rather than stall.
+                        st.outbox.pop_front();
                     }
-                    Completion::Recv(Err(RecvError::Truncated { status, buf_len }), _) => {
-                        tracing::warn!(peer = status.peer, len = status.len, buf_len, "group frame too long, dropped");
-                        if p.data {
-                            // Its place in the peer's order is taken by
-                            // nothing (it, and a head waiting for it, are
-                            // dropped as undecodable), so the messages
-                            // held behind it go on.
-                            self.take_data(p.peer, p.seq, Bytes::new(), &mut frames);
-                        }
-                    }
-                    Completion::Recv(Err(_), _) | Completion::Send(_) => {
-                        self.lose(p.peer);
-                        continue;
-                    }
-                }
-                for (f, wire) in frames.drain(..) {
-                    match f {
-                        Ok(f) => {
-                            if let Some(key) = data_key(&f).filter(|_| is_relayed(&f)) {
-                                framed.push((key, wire));
-                            }
-                            self.core.on_message(p.peer, f)
-                        }
-                        Err(e) => tracing::warn!(peer = self.ranks[p.peer as usize], "group frame dropped: {e}"),
-                    }
-                }
-                if !self.lost[p.peer as usize] {
-                    match self.post(p.peer, p.data) {
-                        Some(n) => recvs.push(n),
-                        None => self.lose(p.peer),
-                    }
+                    Err(_) => break,
                 }
             }
-            // Sends that finished (a failed one means the peer is gone).
-            let mut done = Vec::new();
-            self.ep.take_completions(sends.iter().map(|s| s.id), &mut done);
-            for (i, c) in done.into_iter().rev() {
-                let s = sends.swap_remove(i);
-                self.own_inflight[s.peer as usize] -= s.own;
-                if let Completion::Send(Err(_)) = c {
-                    self.lose(s.peer);
-                }
-            }
-            // Members the channel heard from: alive, even if their rows
-            // are queued behind large messages.
-            self.ep.last_heard(&self.ranks, &mut self.heard_now);
-            for (j, (&now, seen)) in self.heard_now.iter().zip(self.heard.iter_mut()).enumerate() {
-                if now > *seen {
-                    *seen = now;
-                    self.core.on_alive(j as u32);
-                }
-            }
-            self.core.on_tick(t0.elapsed());
-            let effects = self.core.drain_effects();
-            let mut events = Vec::new();
-            let mut view = None;
-            let mut stop = None;
-            for e in effects {
-                match e {
-                    Effect::Send { to, frame } => {
-                        if self.lost[to as usize] {
-                            continue;
-                        }
-                        let bytes = match data_key(&frame) {
-                            Some(key) if key.1 == self.me as u32 => {
-                                // Own: paced (see OWN_INFLIGHT_BYTES).
-                                let wire = self.own_frame(&mut framed, key, &frame);
-                                self.own_queue[to as usize].push_back((key.0, wire));
-                                if !self.pump_to(to as usize, &mut sends) {
-                                    again = true;
-                                }
-                                continue;
-                            }
-                            Some(key) => {
-                                // Passed on as received (see `framed`).
-                                let wire = match framed.iter().find(|(k, _)| *k == key) {
-                                    Some((_, w)) => w.clone(),
-                                    None => split(&frame).unwrap_or_else(|| Wire::Whole(frame.encode())),
-                                };
-                                if !self.send_wire(to, wire, false, &mut sends) {
-                                    again = true;
-                                }
-                                continue;
-                            }
-                            None => frame.encode(),
-                        };
-                        match self.ep.isend_reserved_later(self.ranks[to as usize], self.ctrl_tag, bytes) {
-                            Ok(id) => sends.push(Sent { id, peer: to, own: 0 }),
-                            Err(_) => {
-                                self.lose(to);
-                                again = true;
-                            }
-                        }
-                    }
-                    Effect::Deliver { view, sender, index, payload } => {
-                        if payload.len() > self.chunk {
-                            self.reassembled.push_back(payload.clone());
-                        }
-                        let sender = self.ranks[sender as usize];
-                        events.push(GroupEvent::Message(Delivery { view, sender, index, payload }));
-                    }
-                    Effect::ViewChange { view_id, members } => {
-                        let members: Vec<u32> = members.iter().map(|m| self.ranks[*m as usize]).collect();
-                        view = Some((view_id, members.clone()));
-                        events.push(GroupEvent::View { view: view_id, members });
-                        // Frames of the views before are of no use to
-                        // anybody now: every survivor holds what the cut
-                        // delivers, and the rest is sent again.
-                        for q in &mut self.own_queue {
-                            q.retain(|(v, _)| *v >= view_id);
-                        }
-                        again = true;
-                    }
-                    Effect::Wedged { view_id, suspected } => {
-                        tracing::info!(view_id, ?suspected, "group view change begins");
-                    }
-                    Effect::Expelled { view_id } => stop = Some(Stop::Expelled(view_id)),
-                    Effect::Partitioned { view_id } => stop = Some(Stop::Partitioned(view_id)),
-                }
-            }
-            framed.clear();
-            if !self.pump(&mut sends) {
-                again = true;
-            }
-            // What this turn sent to each peer leaves in one write.
-            self.ep.flush_sends();
-            self.reclaim();
-            if self.core.is_stopped() && stop.is_none() {
-                stop = Some(Stop::Failed);
-            }
-            if !events.is_empty() || view.is_some() || stop.is_some() {
-                let mut st = self.common.lock();
-                st.events.extend(events);
-                if let Some((v, m)) = view {
-                    st.view = v;
-                    st.members = m;
-                }
-                let stopping = stop.is_some();
-                if stopping {
-                    st.stopped = stop;
-                }
-                let sleepers = st.recv_waiters > 0;
-                drop(st);
-                if stopping {
-                    self.common.wake_all();
-                } else if sleepers {
-                    self.common.events_cv.notify_all();
-                }
-            }
-            if stop.is_some() {
-                break;
-            }
-            // The window opened in this turn (rows said our messages were
-            // delivered) while the application's messages wait: take them
-            // now, not at the next tick.
-            if self.core.can_send() && !self.common.lock().outbox.is_empty() {
-                again = true;
-            }
-            if std::mem::take(&mut again) {
-                continue;
-            }
-            // Wake for arrivals, and for own sends done while frames wait.
-            let mut ids: Vec<ReqId> = recvs.iter().map(|p| p.id).collect();
-            for (to, q) in self.own_queue.iter().enumerate() {
-                if q.is_empty() {
-                    continue;
-                }
-                // Once half the budget is free, not at every send: a
-                // turn per send would cost the CPU the relays need.
-                let free = self.own_inflight[to].saturating_sub(OWN_INFLIGHT_BYTES / 2);
-                let mut sum = 0;
-                if let Some(s) = sends.iter().filter(|s| s.peer as usize == to && s.own > 0).find(|s| {
-                    sum += s.own;
-                    sum >= free
-                }) {
-                    ids.push(s.id);
-                }
-            }
-            let kick = &self.common.kick;
-            let mut ready = |g: &mut crate::shared::Inner| {
-                kick.load(Ordering::Acquire) || (!g.done.is_empty() && ids.iter().any(|id| g.done.contains_key(id)))
-            };
-            if self.ep.wait_for(&mut ready, Instant::now() + self.tick).is_err() {
-                let mut st = self.common.lock();
-                st.stopped.get_or_insert(Stop::Failed);
-                drop(st);
-                self.common.wake_all();
-                break;
+            if moved && st.send_waiters > 0 {
+                self.common.space_cv.notify_all();
             }
         }
+        // Arrivals, taken out of the list last first (each swap_remove
+        // moves an element that is not taken), then handled in order.
+        let mut done = Vec::new();
+        self.ep.take_completions(self.recvs.iter().map(|p| p.id), &mut done);
+        let mut arrived: Vec<(Posted, Completion)> =
+            done.into_iter().rev().map(|(i, c)| (self.recvs.swap_remove(i), c)).collect();
+        arrived.reverse();
+        for (p, c) in arrived {
+            match c {
+                Completion::Recv(Ok(st), mut buf) => {
+                    buf.truncate(st.len as usize);
+                    let raw = buf.freeze();
+                    if p.data {
+                        self.held.push_back(raw.clone());
+                        self.take_data(p.peer, p.seq, raw, frames);
+                    } else {
+                        frames.push((Frame::decode(&raw).map_err(|e| e.to_string()), Wire::Whole(raw)));
+                    }
+                }
+                Completion::Recv(Err(RecvError::Truncated { status, buf_len }), _) => {
+                    tracing::warn!(peer = status.peer, len = status.len, buf_len, "group frame too long, dropped");
+                    if p.data {
+                        // Its place in the peer's order is taken by
+                        // nothing (it, and a head waiting for it, are
+                        // dropped as undecodable), so the messages
+                        // held behind it go on.
+                        self.take_data(p.peer, p.seq, Bytes::new(), frames);
+                    }
+                }
+                Completion::Recv(Err(_), _) | Completion::Send(_) => {
+                    self.lose(p.peer);
+                    continue;
+                }
+            }
+            for (f, wire) in frames.drain(..) {
+                match f {
+                    Ok(f) => {
+                        if let Some(key) = data_key(&f).filter(|_| is_relayed(&f)) {
+                            framed.push((key, wire));
+                        }
+                        self.core.on_message(p.peer, f)
+                    }
+                    Err(e) => tracing::warn!(peer = self.ranks[p.peer as usize], "group frame dropped: {e}"),
+                }
+            }
+            if !self.lost[p.peer as usize] {
+                match self.post(p.peer, p.data) {
+                    Some(n) => self.recvs.push(n),
+                    None => self.lose(p.peer),
+                }
+            }
+        }
+        // Sends that finished (a failed one means the peer is gone).
+        let mut done = Vec::new();
+        self.ep.take_completions(sends.iter().map(|s| s.id), &mut done);
+        for (i, c) in done.into_iter().rev() {
+            let s = sends.swap_remove(i);
+            self.own_inflight[s.peer as usize] -= s.own;
+            if let Completion::Send(Err(_)) = c {
+                self.lose(s.peer);
+            }
+        }
+        // Members the channel heard from: alive, even if their rows
+        // are queued behind large messages.
+        self.ep.last_heard(&self.ranks, &mut self.heard_now);
+        for (j, (&now, seen)) in self.heard_now.iter().zip(self.heard.iter_mut()).enumerate() {
+            if now > *seen {
+                *seen = now;
+                self.core.on_alive(j as u32);
+            }
+        }
+        self.core.on_tick(self.t0.elapsed());
+        let effects = self.core.drain_effects();
+        let mut events = Vec::new();
+        let mut view = None;
+        let mut stop = None;
+        for e in effects {
+            match e {
+                Effect::Send { to, frame } => {
+                    if self.lost[to as usize] {
+                        continue;
+                    }
+                    let bytes = match data_key(&frame) {
+                        Some(key) if key.1 == self.me as u32 => {
+                            // Own: paced (see OWN_INFLIGHT_BYTES).
+                            let wire = self.own_frame(framed, key, &frame);
+                            self.own_queue[to as usize].push_back((key.0, wire));
+                            if !self.pump_to(to as usize, sends) {
+                                again = true;
+                            }
+                            continue;
+                        }
+                        Some(key) => {
+                            // Passed on as received (see `framed`).
+                            let wire = match framed.iter().find(|(k, _)| *k == key) {
+                                Some((_, w)) => w.clone(),
+                                None => split(&frame).unwrap_or_else(|| Wire::Whole(frame.encode())),
+                            };
+                            if !self.send_wire(to, wire, false, sends) {
+                                again = true;
+                            }
+                            continue;
+                        }
+                        None => frame.encode(),
+                    };
+                    match self.ep.isend_reserved_later(self.ranks[to as usize], self.ctrl_tag, bytes) {
+                        Ok(id) => sends.push(Sent { id, peer: to, own: 0 }),
+                        Err(_) => {
+                            self.lose(to);
+                            again = true;
+                        }
+                    }
+                }
+                Effect::Deliver { view, sender, index, payload } => {
+                    if payload.len() > self.chunk {
+                        self.reassembled.push_back(payload.clone());
+                    }
+                    let sender = self.ranks[sender as usize];
+                    events.push(GroupEvent::Message(Delivery { view, sender, index, payload }));
+                }
+                Effect::ViewChange { view_id, members } => {
+                    let members: Vec<u32> = members.iter().map(|m| self.ranks[*m as usize]).collect();
+                    view = Some((view_id, members.clone()));
+                    events.push(GroupEvent::View { view: view_id, members });
+                    // Frames of the views before are of no use to
+                    // anybody now: every survivor holds what the cut
+                    // delivers, and the rest is sent again.
+                    for q in &mut self.own_queue {
+                        q.retain(|(v, _)| *v >= view_id);
+                    }
+                    again = true;
+                }
+                Effect::Wedged { view_id, suspected } => {
+                    tracing::info!(view_id, ?suspected, "group view change begins");
+                }
+                Effect::Expelled { view_id } => stop = Some(Stop::Expelled(view_id)),
+                Effect::Partitioned { view_id } => stop = Some(Stop::Partitioned(view_id)),
+            }
+        }
+        framed.clear();
+        if !self.pump(sends) {
+            again = true;
+        }
+        // What this turn sent to each peer leaves in one write.
+        self.ep.flush_sends();
+        self.reclaim();
+        if self.core.is_stopped() && stop.is_none() {
+            stop = Some(Stop::Failed);
+        }
+        let produced = !events.is_empty() || view.is_some() || stop.is_some();
+        if produced {
+            let mut st = self.common.lock();
+            st.events.extend(events);
+            self.common.has_events.store(true, Ordering::Release);
+            if let Some((v, m)) = view {
+                st.view = v;
+                st.members = m;
+            }
+            let stopping = stop.is_some();
+            if stopping {
+                st.stopped = stop;
+            }
+            drop(st);
+            // Receivers waiting inside the endpoint are woken by whoever
+            // ran this turn (it knows whether it is one of them).
+            if stopping {
+                self.common.wake_all();
+                self.ep.nudge();
+            }
+        }
+        if stop.is_some() {
+            self.finished = true;
+            return (Turn::Stopped, produced);
+        }
+        // The window opened in this turn (rows said our messages were
+        // delivered) while the application's messages wait: take them
+        // now, not at the next tick.
+        if self.core.can_send() && !self.common.lock().outbox.is_empty() {
+            again = true;
+        }
+        (if again { Turn::Again } else { Turn::Wait }, produced)
+    }
+
+    /// What a wait after a turn watches besides the kick: arrivals, and
+    /// own sends done while own frames wait for room.
+    fn wait_ids(&self) -> Vec<ReqId> {
+        let mut ids: Vec<ReqId> = self.recvs.iter().map(|p| p.id).collect();
+        for (to, q) in self.own_queue.iter().enumerate() {
+            if q.is_empty() {
+                continue;
+            }
+            // Once half the budget is free, not at every send: a
+            // turn per send would cost the CPU the relays need.
+            let free = self.own_inflight[to].saturating_sub(OWN_INFLIGHT_BYTES / 2);
+            let mut sum = 0;
+            if let Some(s) = self.sends.iter().filter(|s| s.peer as usize == to && s.own > 0).find(|s| {
+                sum += s.own;
+                sum >= free
+            }) {
+                ids.push(s.id);
+            }
+        }
+        ids
     }
 }
 

@@ -483,3 +483,81 @@ fn a_reopened_window_takes_the_next_message_at_once() {
         assert!(*took < Duration::from_secs(10), "{COUNT} messages took {took:?}: each waited for a tick");
     }
 }
+
+/// A member whose application stops calling `recv` (busy elsewhere)
+/// stays in the group and holds nobody up: while an application thread
+/// receives, it drives the group itself, and when it stops the group's own
+/// thread takes over (rows, heartbeats), so the senders' windows keep
+/// moving. Rank 2 stops after its 20th delivery for five failure timeouts
+/// and until ranks 0 and 1 delivered every message (which needs its rows),
+/// then receives everything it missed, in the same order as the others.
+/// Polled progress, as `multirail bench` runs it.
+#[test]
+fn a_member_that_stops_receiving_for_a_while_holds_nobody_up() {
+    const COUNT: u64 = 200;
+    let timeout = Duration::from_millis(300);
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let out = job(
+        3,
+        |_| Builder::new(config(2, Progress::Polled)),
+        |ep| {
+            let me = ep.rank();
+            ep.barrier().unwrap();
+            let ep = Arc::new(ep);
+            let opts = GroupOptions {
+                senders: Senders::List(vec![0, 1]),
+                window: 4,
+                max_message: 4096,
+                failure_timeout: timeout,
+                ..GroupOptions::default()
+            };
+            let g = Group::new(ep.clone(), opts).unwrap();
+            let t0 = Instant::now();
+            let mut seq = Vec::new();
+            // Rank 2: after how many deliveries it stopped, and whether the
+            // others finished meanwhile.
+            let mut paused = None;
+            std::thread::scope(|s| {
+                if me < 2 {
+                    s.spawn(|| {
+                        for k in 0..COUNT {
+                            let len = 100 + (k as usize * 131) % 3900;
+                            g.ordered_send_timeout(payload(me, k, len), LIMIT).unwrap();
+                        }
+                    });
+                }
+                while (seq.len() as u64) < 2 * COUNT {
+                    assert!(t0.elapsed() < LIMIT, "rank {me}: {} of {} delivered", seq.len(), 2 * COUNT);
+                    if me == 2 && paused.is_none() && seq.len() >= 20 {
+                        std::thread::sleep(timeout * 5);
+                        let t = Instant::now();
+                        while finished.load(std::sync::atomic::Ordering::Acquire) < 2 && t.elapsed() < LIMIT / 4 {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        paused = Some((seq.len(), finished.load(std::sync::atomic::Ordering::Acquire)));
+                    }
+                    match g.recv_timeout(Duration::from_secs(1)).unwrap() {
+                        Some(GroupEvent::Message(d)) => seq.push((d.sender, check(d.sender, &d.payload))),
+                        Some(GroupEvent::View { view, members }) => {
+                            panic!("rank {me}: view {view} {members:?} while a member only stopped receiving")
+                        }
+                        None => {}
+                    }
+                }
+                if me < 2 {
+                    finished.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                }
+            });
+            ep.barrier().unwrap();
+            drop(g);
+            (seq, paused)
+        },
+    );
+    assert_eq!(out[0].0, out[1].0, "ranks 0 and 1 delivered different sequences");
+    assert_eq!(out[0].0, out[2].0, "ranks 0 and 2 delivered different sequences");
+    assert_eq!(
+        out[2].1,
+        Some((20, 2)),
+        "rank 2 stopped receiving after 20 deliveries, and ranks 0 and 1 delivered everything meanwhile"
+    );
+}
