@@ -34,9 +34,9 @@
 //! * The thread in [`Group::ordered_send`], when the group's queue was
 //!   empty and nobody else runs a turn: the message leaves in that call.
 //! * The group's own driver thread, whenever no application thread is in
-//!   `recv` (and for 2 ms after one was): the core must bump its
-//!   heartbeat and push its row every few milliseconds, and an
-//!   application busy elsewhere for longer than the failure timeout (1 s
+//!   `recv` (it takes over at most half a heartbeat plus 2 ms after the
+//!   last one left): the core must bump its heartbeat and push its row
+//!   every few milliseconds, and an application busy elsewhere for longer than the failure timeout (1 s
 //!   by default) would be excluded by the others, and would also hold
 //!   back the window of every sender that waits for its rows. The thread
 //!   keeps the member live whatever the application does.
@@ -289,7 +289,8 @@ impl Common {
     /// [`HANDOFF`] ago: the driver thread stays out of their way.
     fn apps_drive(&self) -> bool {
         self.app_drivers.load(Ordering::Acquire) > 0
-            || self.base.elapsed().as_nanos() as u64 - self.app_left.load(Ordering::Acquire) < HANDOFF.as_nanos() as u64
+            || (self.base.elapsed().as_nanos() as u64).saturating_sub(self.app_left.load(Ordering::Acquire))
+                < HANDOFF.as_nanos() as u64
     }
 
     /// The endpoint failed under a waiting thread: the group stops.
@@ -337,8 +338,12 @@ fn drive(state: Arc<Mutex<Driver>>, common: Arc<Common>, ep: Arc<Endpoint>, tick
             if st.shutdown || st.stopped.is_some() {
                 break;
             }
+            // While an application thread drives it runs a turn at least
+            // every tick: look again a tick later (no wake-up per
+            // delivery); once none does, within the hand-off.
+            let nap = if common.app_drivers.load(Ordering::Acquire) > 0 { tick } else { HANDOFF };
             common.parked.store(true, Ordering::Release);
-            drop(common.idle_cv.wait_timeout(st, HANDOFF).unwrap_or_else(|e| e.into_inner()));
+            drop(common.idle_cv.wait_timeout(st, nap).unwrap_or_else(|e| e.into_inner()));
             common.parked.store(false, Ordering::Release);
             continue;
         }
