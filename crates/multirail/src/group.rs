@@ -686,10 +686,11 @@ impl Group {
             // Another receiving thread waits in the endpoint.
             self.ep.nudge();
         }
-        if next != Turn::Stopped && !c.has_events.load(Ordering::Acquire) {
-            if !wait_in_endpoint(&self.ep, c, &ids, true, until) {
-                c.fail(&self.ep);
-            }
+        if next != Turn::Stopped
+            && !c.has_events.load(Ordering::Acquire)
+            && !wait_in_endpoint(&self.ep, c, &ids, true, until)
+        {
+            c.fail(&self.ep);
         }
         c.app_left.store(c.base.elapsed().as_nanos() as u64, Ordering::Release);
         c.app_drivers.fetch_sub(1, Ordering::AcqRel);
