@@ -36,10 +36,11 @@
 //! * The group's own driver thread, whenever no application thread is in
 //!   `recv` (it takes over at most half a heartbeat plus 2 ms after the
 //!   last one left): the core must bump its heartbeat and push its row
-//!   every few milliseconds, and an application busy elsewhere for longer than the failure timeout (1 s
-//!   by default) would be excluded by the others, and would also hold
-//!   back the window of every sender that waits for its rows. The thread
-//!   keeps the member live whatever the application does.
+//!   every few milliseconds, and an application busy elsewhere for
+//!   longer than the failure timeout (1 s by default) would be excluded
+//!   by the others, and would also hold back the window of every sender
+//!   that waits for its rows. The thread keeps the member live whatever
+//!   the application does.
 //!
 //! Before 2026-11-28 only the driver thread ran turns, and a message cost a
 //! hand-off from the sending thread to the driver and one from the driver
@@ -583,19 +584,21 @@ impl Group {
             }
         };
         let mut produced = false;
+        let mut next = Turn::Again;
         for _ in 0..APP_TURNS {
-            let (next, p) = d.turn();
+            let (n, p) = d.turn();
             produced |= p;
-            if next != Turn::Again {
+            next = n;
+            if n != Turn::Again {
                 break;
             }
         }
         drop(d);
         // The receives a waiting thread watches may have been taken and
         // posted again: it looks again at its next wake-up; one waiting
-        // for these events wakes now.
+        // for these events, or with turns left to run, wakes now.
         c.kick.store(true, Ordering::Release);
-        if produced && c.app_drivers.load(Ordering::Acquire) > 0 {
+        if next == Turn::Again || (produced && c.app_drivers.load(Ordering::Acquire) > 0) {
             self.ep.nudge();
         }
     }
