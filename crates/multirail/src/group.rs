@@ -112,7 +112,7 @@ const SPLIT_MIN: usize = 64 << 10;
 /// back within microseconds, and taking the endpoint back from it each
 /// time would cost two wake-ups per delivery.
 const HANDOFF: Duration = Duration::from_millis(2);
-/// Turns an application thread runs back to back before it waits.
+/// Turns an application thread runs back to back ([`Driver::turns`]).
 const APP_TURNS: usize = 16;
 
 /// How a group is set up. Ranks are the endpoint's ranks.
@@ -583,16 +583,7 @@ impl Group {
                 return;
             }
         };
-        let mut produced = false;
-        let mut next = Turn::Again;
-        for _ in 0..APP_TURNS {
-            let (n, p) = d.turn();
-            produced |= p;
-            next = n;
-            if n != Turn::Again {
-                break;
-            }
-        }
+        let (next, produced) = d.turns();
         drop(d);
         // The receives a waiting thread watches may have been taken and
         // posted again: it looks again at its next wake-up; one waiting
@@ -670,16 +661,7 @@ impl Group {
             self.ep.nudge();
         }
         let mut d = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut produced = false;
-        let mut next = Turn::Again;
-        for _ in 0..APP_TURNS {
-            let (n, p) = d.turn();
-            produced |= p;
-            next = n;
-            if n != Turn::Again {
-                break;
-            }
-        }
+        let (next, produced) = d.turns();
         let ids = d.wait_ids();
         drop(d);
         if next == Turn::Again {
@@ -990,6 +972,21 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Turns back to back while one asks for another, at most
+    /// [`APP_TURNS`] (an application thread then waits or returns): the
+    /// last one's outcome, and whether any gave the application something.
+    fn turns(&mut self) -> (Turn, bool) {
+        let mut produced = false;
+        for _ in 0..APP_TURNS {
+            let (next, p) = self.turn();
+            produced |= p;
+            if next != Turn::Again {
+                return (next, produced);
+            }
+        }
+        (Turn::Again, produced)
     }
 
     /// One turn: the application's messages, arrivals, finished sends,
