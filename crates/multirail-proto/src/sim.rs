@@ -30,7 +30,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::core::{Config, ConnectFailure, Core, Event, PeerId, RailCaps, RailId, RecvError, ReqId, SendError, Status};
+use crate::core::{
+    Config, ConnectFailure, Core, Event, PeerId, RailCaps, RailId, RecvError, ReqId, SendError, Status, Transmit,
+};
 use crate::time::Time;
 use crate::wire::FrameHeader;
 
@@ -89,6 +91,52 @@ struct Link {
     epoch: u64,
 }
 
+/// What is on the wires: frames in flight, and a log of every frame put
+/// on a link if asked for ([`Sim::log_wire`]).
+#[derive(Default)]
+struct Wire {
+    arrivals: BinaryHeap<Reverse<Arrival>>,
+    order: u64,
+    /// Frames put on any link so far (every op).
+    frames: u64,
+    log: Option<Vec<WireFrame>>,
+}
+
+/// A frame put on a link: (from, to, rail, when, header, payload bytes).
+pub type WireFrame = (PeerId, PeerId, RailId, Time, FrameHeader, usize);
+
+impl Wire {
+    /// Puts frame `t` on `link` (from, to, rail) at `now`: it arrives
+    /// after the frames ahead of it and the link's latency, or is dropped
+    /// by a lossy link.
+    fn put(&mut self, link: &mut Link, (from, to, rail): (PeerId, PeerId, RailId), now: Time, t: Transmit) {
+        self.frames += 1;
+        if let Some(log) = &mut self.log {
+            log.push((from, to, rail, now, t.header, t.payload.len()));
+        }
+        if t.header.op.carries_data() && link.drop_every > 0 {
+            link.sent += 1;
+            if link.sent.is_multiple_of(link.drop_every) {
+                return;
+            }
+        }
+        let size = (FrameHeader::LEN + t.payload.len()) as f64;
+        let start = link.free_at.max(now);
+        link.free_at = start + Duration::from_secs_f64(size / link.spec.bandwidth);
+        self.order += 1;
+        self.arrivals.push(Reverse(Arrival {
+            at: link.free_at + link.spec.latency,
+            order: self.order,
+            to,
+            from,
+            rail,
+            epoch: link.epoch,
+            header: t.header,
+            payload: t.payload,
+        }));
+    }
+}
+
 #[derive(Debug)]
 struct Arrival {
     at: Time,
@@ -141,13 +189,12 @@ pub struct Sim {
     pub nodes: Vec<Core>,
     links: BTreeMap<(PeerId, PeerId, RailId), Link>,
     phys: BTreeMap<(PeerId, PeerId, RailId), Phys>,
-    arrivals: BinaryHeap<Reverse<Arrival>>,
+    wire: Wire,
     /// Frames that reached a silently-down link, by link, in order.
     held: BTreeMap<(PeerId, PeerId, RailId), Vec<Arrival>>,
     attempts: Vec<Attempt>,
     crashed: Vec<bool>,
     paused_until: Vec<Time>,
-    order: u64,
     /// Bytes a link accepts ahead of the wire (the socket buffer).
     pub sockbuf: u64,
     stuck: u32,
@@ -159,8 +206,10 @@ pub struct Sim {
     pub errors: Vec<(PeerId, PeerId, RailId, String)>,
     /// Connections established: (from, to, rail, time).
     pub connects: Vec<(PeerId, PeerId, RailId, Time)>,
-    /// Frames put on any link so far (every op).
-    pub frames: u64,
+    /// Sends take [`Core::isend_now`] where it applies and the link has
+    /// room, as the endpoint's `isend` does: the frame goes on the link
+    /// within the call.
+    pub send_now: bool,
     steps: u64,
     /// The clock does not advance past this (set by `run_for`/`run_until`).
     horizon: Time,
@@ -212,19 +261,18 @@ impl Sim {
             nodes,
             links,
             phys,
-            arrivals: BinaryHeap::new(),
+            wire: Wire::default(),
             held: BTreeMap::new(),
             attempts: Vec::new(),
             crashed: vec![false; n as usize],
             paused_until: vec![Time::ZERO; n as usize],
-            order: 0,
             sockbuf: 256 << 10,
             stuck: 0,
             done: BTreeMap::new(),
             log: Vec::new(),
             errors: Vec::new(),
             connects: Vec::new(),
-            frames: 0,
+            send_now: false,
             steps: 0,
             horizon: Time(u64::MAX),
         }
@@ -265,9 +313,60 @@ impl Sim {
 
     pub fn isend(&mut self, from: PeerId, to: PeerId, tag: u64, data: Bytes) -> ReqId {
         let now = self.now;
+        let data = match self.send_now_step(from, to, tag, data) {
+            Ok(req) => return req,
+            Err(data) => data,
+        };
         let req = self.nodes[from as usize].isend(to, tag, data, now);
         self.collect();
         req
+    }
+
+    /// The step of [`Sim::isend`] with [`Sim::send_now`]: the message goes
+    /// on rail 0's link now if `Core::isend_now` takes it and the link is
+    /// up with room (the endpoint's connection free with nothing queued).
+    fn send_now_step(&mut self, from: PeerId, to: PeerId, tag: u64, data: Bytes) -> Result<ReqId, Bytes> {
+        let now = self.now;
+        let Some(link) = self.links.get_mut(&(from, to, 0)) else { return Err(data) };
+        let backlog = link.free_at.as_nanos().saturating_sub(now.as_nanos()) as f64 * link.spec.bandwidth / 1e9;
+        let free = self.send_now
+            && link.connected
+            && !self.crashed[from as usize]
+            && self.paused_until[from as usize] <= now
+            && backlog < self.sockbuf as f64;
+        if !free {
+            return Err(data);
+        }
+        let core = &mut self.nodes[from as usize];
+        let (req, t) = core.isend_now(to, tag, data, now)?;
+        core.on_sent(to, 0, 1, now);
+        self.wire.put(link, (from, to, 0), now, t);
+        self.done.insert((from, req), Done::Send(Ok(())));
+        self.collect();
+        Ok(req)
+    }
+
+    /// Puts what the cores have queued on the links with room, at the
+    /// current time, with no delivery or timer first: what the endpoint's
+    /// `isend` does when its connection is free.
+    pub fn flush(&mut self) {
+        self.pump();
+        self.collect();
+    }
+
+    /// Frames put on any link so far (every op).
+    pub fn frames(&self) -> u64 {
+        self.wire.frames
+    }
+
+    /// Starts keeping a log of every frame put on a link.
+    pub fn log_wire(&mut self) {
+        self.wire.log = Some(Vec::new());
+    }
+
+    /// The frames put on links since [`Sim::log_wire`], in order.
+    pub fn wire_log(&self) -> &[WireFrame] {
+        self.wire.log.as_deref().unwrap_or(&[])
     }
 
     pub fn irecv(&mut self, node: PeerId, src: Option<PeerId>, tag: Option<u64>, len: usize) -> ReqId {
@@ -347,7 +446,7 @@ impl Sim {
             let lat = self.links[&k].spec.latency;
             for (i, mut f) in frames.into_iter().enumerate() {
                 f.at = self.now + backoff + lat + Duration::from_nanos(i as u64);
-                self.arrivals.push(Reverse(f));
+                self.wire.arrivals.push(Reverse(f));
             }
         }
     }
@@ -496,27 +595,7 @@ impl Sim {
                 }
                 let Some(t) = core.poll_transmit(to, rail, now) else { break };
                 core.on_sent(to, rail, 1, now);
-                self.frames += 1;
-                if t.header.op.carries_data() && link.drop_every > 0 {
-                    link.sent += 1;
-                    if link.sent % link.drop_every == 0 {
-                        continue;
-                    }
-                }
-                let size = (FrameHeader::LEN + t.payload.len()) as f64;
-                let start = link.free_at.max(now);
-                link.free_at = start + Duration::from_secs_f64(size / link.spec.bandwidth);
-                self.order += 1;
-                self.arrivals.push(Reverse(Arrival {
-                    at: link.free_at + link.spec.latency,
-                    order: self.order,
-                    to,
-                    from,
-                    rail,
-                    epoch: link.epoch,
-                    header: t.header,
-                    payload: t.payload,
-                }));
+                self.wire.put(link, (from, to, rail), now, t);
             }
         }
         for n in self.nodes.iter_mut() {
@@ -526,8 +605,8 @@ impl Sim {
 
     fn deliver_due(&mut self) {
         let mut waiting = Vec::new();
-        while self.arrivals.peek().is_some_and(|Reverse(a)| a.at <= self.now) {
-            let Reverse(a) = self.arrivals.pop().expect("peeked");
+        while self.wire.arrivals.peek().is_some_and(|Reverse(a)| a.at <= self.now) {
+            let Reverse(a) = self.wire.arrivals.pop().expect("peeked");
             let k = (a.from, a.to, a.rail);
             let Some(l) = self.links.get(&k) else { continue };
             if !l.connected || l.epoch != a.epoch || self.crashed[a.to as usize] {
@@ -554,13 +633,13 @@ impl Sim {
         }
         for mut a in waiting {
             a.at = self.paused_until[a.to as usize];
-            self.arrivals.push(Reverse(a));
+            self.wire.arrivals.push(Reverse(a));
         }
     }
 
     /// When something next happens, if anything will.
     fn next_time(&self) -> Option<Time> {
-        let mut t = self.arrivals.peek().map(|Reverse(a)| a.at);
+        let mut t = self.wire.arrivals.peek().map(|Reverse(a)| a.at);
         let mut at = |x: Time| t = Some(t.map_or(x, |y: Time| y.min(x)));
         for (i, n) in self.nodes.iter().enumerate() {
             if self.crashed[i] {

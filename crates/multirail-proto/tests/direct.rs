@@ -11,9 +11,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use multirail_proto::core::{Config, RailCaps};
 use multirail_proto::sim::{Done, LinkSpec, Sim, pattern};
+use multirail_proto::wire::{FrameHeader, Op};
 
 fn one_rail(direct: bool) -> Sim {
     Sim::new(2, &[LinkSpec::gbit(10.0, 5)], Config { direct_eager: direct, ..Config::default() })
+}
+
+/// [`one_rail`] with the direct path on, its sends written within the
+/// call (`Core::isend_now`, as the endpoint's `isend` does) or not.
+fn one_rail_sending_now(now: bool) -> Sim {
+    let mut sim = one_rail(true);
+    sim.send_now = now;
+    sim
 }
 
 /// Rank 0 sends `sizes` to rank 1 in order (tag = index), rank 1 receives
@@ -37,7 +46,13 @@ fn send_all(sim: &mut Sim, sizes: &[usize]) {
 
 #[test]
 fn a_lone_small_message_goes_direct_and_completes_at_once() {
-    let mut sim = one_rail(true);
+    for now in [false, true] {
+        lone_small_message(now);
+    }
+}
+
+fn lone_small_message(send_now: bool) {
+    let mut sim = one_rail_sending_now(send_now);
     let r = sim.irecv(1, Some(0), Some(5), 64);
     let s = sim.isend(0, 1, 5, Bytes::from(pattern(5, 64)));
     // Complete before anything moved: its bytes are the rail's.
@@ -69,8 +84,9 @@ fn small_and_large_messages_mixed_arrive_in_order_on_either_path() {
             _ => (i * 97) % 4000,
         });
     }
-    for direct in [true, false] {
+    for (direct, now) in [(true, false), (true, true), (false, false)] {
         let mut sim = one_rail(direct);
+        sim.send_now = now;
         send_all(&mut sim, &sizes);
         assert_eq!(sim.nodes[0].direct_sent() > 0, direct);
         assert!(sim.run_until(Duration::from_secs(1), |x| x.nodes[0].unacked_messages() == 0));
@@ -78,11 +94,123 @@ fn small_and_large_messages_mixed_arrive_in_order_on_either_path() {
     }
 }
 
+/// Runs a mixed load from both ranks: ping-pongs of small messages (the
+/// direct path), a window of 64 small ones (past the rail's room: the
+/// general path takes over mid-stream), large ones (rendezvous) among
+/// them, every payload checked. Returns the frames put on each link, in
+/// order, with their times.
+fn mixed_load(send_now: bool) -> Vec<multirail_proto::sim::WireFrame> {
+    let mut sim = one_rail_sending_now(send_now);
+    sim.log_wire();
+    let mut tag = 0u64;
+    let mut exchange = |sim: &mut Sim, from: u32, sizes: &[usize]| {
+        let to = 1 - from;
+        let base = tag;
+        tag += sizes.len() as u64;
+        let recvs: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| sim.irecv(to, Some(from), Some(base + i as u64), len.max(1)))
+            .collect();
+        for (i, &len) in sizes.iter().enumerate() {
+            let t = base + i as u64;
+            sim.isend(from, to, t, Bytes::from(pattern(t, len)));
+            // The endpoint writes a queued send within `isend` too, when
+            // its connection is free.
+            sim.flush();
+        }
+        assert!(sim.run_until(Duration::from_secs(10), |s| recvs.iter().all(|&r| s.is_done(to, r))));
+        for (i, r) in recvs.into_iter().enumerate() {
+            let t = base + i as u64;
+            let Some(Done::Recv(Ok(st), buf)) = sim.take(to, r) else { panic!("receive {t} failed") };
+            assert_eq!(&buf[..st.len as usize], &pattern(t, sizes[i])[..], "message {t}");
+        }
+    };
+    for i in 0..40usize {
+        exchange(&mut sim, (i % 2) as u32, &[(i * 211) % 3000 + 1]);
+    }
+    let window: Vec<usize> = (0..64).map(|i| 512 + (i * 37) % 2048).collect();
+    exchange(&mut sim, 0, &window);
+    exchange(&mut sim, 1, &[8, 300 << 10, 64, 1 << 20, 16]);
+    for i in 0..20usize {
+        exchange(&mut sim, (i % 2) as u32, &[8]);
+    }
+    assert!(sim.run_until(Duration::from_secs(1), |x| (0..2).all(|n| x.nodes[n].unacked_messages() == 0)));
+    for n in &sim.nodes {
+        n.check_invariants().unwrap();
+    }
+    if send_now {
+        assert!(sim.nodes[0].direct_sent() > 0 && sim.nodes[1].direct_sent() > 0);
+    }
+    let mut log = sim.wire_log().to_vec();
+    // Per link, in order (links are independent).
+    log.sort_by_key(|&(from, to, rail, ..)| (from, to, rail));
+    log
+}
+
+#[test]
+fn a_send_written_within_isend_puts_the_same_frames_on_the_wire() {
+    // `Core::isend_now` (the endpoint's path for a peer with one rail)
+    // must send exactly what `isend` and then `poll_transmit` would:
+    // the same frames (sequence numbers, flags such as ACK_NOW, the
+    // piggybacked prefix), at the same times, in the same order on each
+    // link, and so the same everything after them.
+    let queued = mixed_load(false);
+    let now = mixed_load(true);
+    assert!(queued.len() > 150, "the load put {} frames on the wire", queued.len());
+    assert_eq!(queued.len(), now.len(), "a different number of frames");
+    for (k, (a, b)) in queued.iter().zip(&now).enumerate() {
+        assert_eq!(a, b, "frame {k} differs");
+    }
+}
+
+#[test]
+fn a_send_is_written_within_isend_only_when_nothing_waits_on_its_rail() {
+    // The conditions of `Core::isend_now`: it declines (changing nothing)
+    // while a control frame waits, with several rails, and for what the
+    // direct path would not take; `isend` then queues as before.
+    let mut sim = one_rail(true);
+    let t = sim.now;
+    let core = &mut sim.nodes[0];
+    let big = Bytes::from(pattern(1, 1 << 20));
+    assert!(!core.can_send_now(1, big.len() as u64));
+    assert!(core.isend_now(1, 1, big, t).is_err(), "a rendezvous message");
+    let (req, frame) = core.isend_now(1, 2, Bytes::from(pattern(2, 64)), t).expect("a lone small message");
+    assert_eq!((frame.header.seq, frame.header.tag, frame.payload.len()), (0, 2, 64));
+    assert!(core.take_send_done(req).is_none(), "complete, no event");
+    assert!(core.poll_transmit(1, 0, t).is_none(), "handed over, not queued");
+    core.on_sent(1, 0, 1, t);
+    // A control frame waits on the rail (the CTS for the peer's RTS of a
+    // posted receive): declined, nothing changed; once it is written,
+    // the next message goes with the following sequence number.
+    core.irecv(Some(1), Some(9), bytes::BytesMut::zeroed(1 << 20), t);
+    let mut rts = FrameHeader::new(Op::Rts);
+    (rts.tag, rts.total_len) = (9, 1 << 20);
+    core.on_frame(1, 0, &rts, &[], t).unwrap();
+    assert!(!core.can_send_now(1, 64));
+    assert!(core.isend_now(1, 3, Bytes::from(pattern(3, 64)), t).is_err());
+    let cts = core.poll_transmit(1, 0, t).expect("the CTS");
+    assert_eq!(cts.header.op, Op::Cts);
+    core.on_sent(1, 0, 1, t);
+    let (_, frame) = core.isend_now(1, 3, Bytes::from(pattern(3, 64)), t).expect("nothing waits now");
+    assert_eq!(frame.header.seq, 1);
+
+    let mut sim = two_rails(Config::default());
+    let t = sim.now;
+    assert!(sim.nodes[0].isend_now(1, 1, Bytes::from(pattern(1, 64)), t).is_err(), "several rails");
+}
+
 #[test]
 fn a_direct_send_lost_with_its_connection_goes_again() {
+    for now in [false, true] {
+        lost_with_its_connection(now);
+    }
+}
+
+fn lost_with_its_connection(send_now: bool) {
     // The connection resets while the frame is on the wire: it is lost.
     // The rail reconnects and the message must still arrive, once.
-    let mut sim = one_rail(true);
+    let mut sim = one_rail_sending_now(send_now);
     let r = sim.irecv(1, Some(0), Some(1), 100);
     sim.isend(0, 1, 1, Bytes::from(pattern(1, 100)));
     assert_eq!(sim.nodes[0].direct_sent(), 1);
@@ -102,10 +230,16 @@ fn a_direct_send_lost_with_its_connection_goes_again() {
 
 #[test]
 fn a_direct_send_delivered_before_its_acknowledgement_is_lost_is_not_delivered_twice() {
+    for now in [false, true] {
+        delivered_before_its_acknowledgement_is_lost(now);
+    }
+}
+
+fn delivered_before_its_acknowledgement_is_lost(send_now: bool) {
     // The frame arrives; the connection resets before the acknowledgement
     // comes back, so the sender sends it again: the receiver drops the
     // copy.
-    let mut sim = one_rail(true);
+    let mut sim = one_rail_sending_now(send_now);
     let r = sim.irecv(1, Some(0), Some(1), 100);
     sim.isend(0, 1, 1, Bytes::from(pattern(1, 100)));
     assert!(sim.run_until(Duration::from_secs(1), |x| x.is_done(1, r)));

@@ -576,10 +576,10 @@ fn idle_connections_cost_nothing() {
     let st = Stream::start(&mut sim, vec![1000, 1 << 20]);
     st.finish(&mut sim, ms(500));
     sim.run_for(ms(100));
-    let before = sim.frames;
+    let before = sim.frames();
     let log = sim.log.len();
     sim.run_for(Duration::from_secs(120));
-    assert_eq!(sim.frames, before, "frames sent while idle");
+    assert_eq!(sim.frames(), before, "frames sent while idle");
     assert_eq!(sim.log.len(), log, "{:?}", &sim.log[log..]);
 }
 

@@ -142,6 +142,13 @@ pub trait Rail: Send {
     fn queued_bytes(&self) -> usize;
     /// Writes queued frames until done or the rail would block.
     fn flush(&mut self) -> Result<Flushed, RailError>;
+    /// [`Rail::send`] then [`Rail::flush`]; a rail with nothing queued may
+    /// write the frame without queueing it first (the latency path of a
+    /// lone small message).
+    fn send_now(&mut self, header: &FrameHeader, payload: Bytes) -> Result<Flushed, RailError> {
+        self.send(header, payload);
+        self.flush()
+    }
     /// Reads available frames into `sink` without blocking.
     fn poll_recv(&mut self, sink: &mut dyn FrameSink) -> Result<Received, RailError>;
     /// After an error: gives back a payload destination that was being
@@ -196,6 +203,9 @@ impl Rail for Box<dyn Rail> {
     }
     fn flush(&mut self) -> Result<Flushed, RailError> {
         (**self).flush()
+    }
+    fn send_now(&mut self, header: &FrameHeader, payload: Bytes) -> Result<Flushed, RailError> {
+        (**self).send_now(header, payload)
     }
     fn poll_recv(&mut self, sink: &mut dyn FrameSink) -> Result<Received, RailError> {
         (**self).poll_recv(sink)

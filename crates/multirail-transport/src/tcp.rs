@@ -446,6 +446,39 @@ impl<S: ByteStream> Rail for StreamRail<S> {
         self.out_bytes - self.out_pos
     }
 
+    /// With nothing queued, one vectored write of header and payload from
+    /// where they are; what it leaves is queued as `send` would queue it.
+    fn send_now(&mut self, header: &FrameHeader, payload: Bytes) -> Result<Flushed, RailError> {
+        let lends = self.stream.lend_min().is_some_and(|min| payload.len() >= min.max(1));
+        if !self.out.is_empty() || lends {
+            self.send(header, payload);
+            return self.flush();
+        }
+        self.release_lent();
+        let bytes = header.to_bytes();
+        let total = bytes.len() + payload.len();
+        let n = loop {
+            match self.stream.write_vectored(&[IoSlice::new(&bytes), IoSlice::new(&payload)]) {
+                Ok(0) => return Err(RailError::Closed),
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if n == total {
+            return Ok(Flushed { frames: 1, bytes: n, blocked: false });
+        }
+        self.out.push_back(OutFrame { header: bytes, payload });
+        self.out_bytes += total;
+        self.out_pos = n;
+        if n == 0 {
+            return Ok(Flushed { blocked: true, ..Flushed::default() });
+        }
+        let rest = self.flush()?;
+        Ok(Flushed { bytes: n + rest.bytes, ..rest })
+    }
+
     fn flush(&mut self) -> Result<Flushed, RailError> {
         self.release_lent();
         let mut res = Flushed::default();
@@ -684,6 +717,42 @@ mod tests {
             assert_eq!(h.seq, i as u64);
             assert_eq!(p.len(), sizes[i]);
             assert!(p.iter().all(|&x| x == i as u8));
+        }
+        assert_eq!(a.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn frames_written_at_once_keep_their_order_when_the_socket_fills() {
+        // `send_now` writes a frame without queueing it when nothing is
+        // queued; a write the socket takes in part leaves the rest queued,
+        // and what follows queues behind it. A 12 MiB frame does not fit
+        // in the socket buffers (256 KiB asked each way) of a peer that is
+        // not reading.
+        let (a, b) = pair_streams();
+        socket2::SockRef::from(&a).set_send_buffer_size(256 << 10).unwrap();
+        socket2::SockRef::from(&b).set_recv_buffer_size(256 << 10).unwrap();
+        let (mut a, mut b) = (rail(a), rail(b));
+        let sizes = [8usize, 12 << 20, 5, 64 << 10, 1];
+        let mut parts = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut h = FrameHeader::new(multirail_proto::wire::Op::Eager);
+            h.seq = i as u64;
+            h.total_len = n as u64;
+            h.frag_len = n as u32;
+            let queued_before = a.queued_bytes();
+            let f = a.send_now(&h, Bytes::from(vec![i as u8; n])).unwrap();
+            parts.push((queued_before, f));
+        }
+        let (_, first) = parts[0];
+        assert_eq!((first.frames, first.bytes), (1, FrameHeader::LEN + 8), "a lone small frame is written whole");
+        let (_, big) = parts[1];
+        assert!(big.bytes < FrameHeader::LEN + (12 << 20) && big.blocked, "the big frame fits only in part: {big:?}");
+        assert!(parts[2..].iter().all(|&(q, f)| q > 0 && f.frames == 0), "later frames queue behind it");
+        let sink = deliver(&mut a, &mut b, sizes.len());
+        for (i, (h, p)) in sink.frames.iter().enumerate() {
+            assert_eq!(h.seq, i as u64);
+            assert_eq!(p.len(), sizes[i]);
+            assert!(p.iter().all(|&x| x == i as u8), "frame {i} corrupted");
         }
         assert_eq!(a.queued_bytes(), 0);
     }

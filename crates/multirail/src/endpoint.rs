@@ -572,10 +572,7 @@ impl Endpoint {
             // A send that completes inside `isend` (the direct path) keeps
             // its outcome in the request, not in the shared map: its wait
             // takes no lock.
-            self.shared.with_core_send(|c, now| {
-                let id = c.isend(peer, tag, data, now);
-                (id, now, c.take_send_done(id))
-            })
+            self.shared.isend(peer, tag, data)
         };
         if small {
             self.shared.last_isend.store(now.as_nanos(), std::sync::atomic::Ordering::Relaxed);

@@ -165,6 +165,10 @@ pub struct Shared {
     woken_any: Vec<AtomicBool>,
 }
 
+/// A send [`Shared::isend_now`] did not take: the core's lock, and the
+/// message.
+type Declined<'a> = (MutexGuard<'a, Inner>, bytes::Bytes);
+
 /// What servicing a slot found.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Serviced {
@@ -266,8 +270,19 @@ impl Shared {
     /// instead of waking their drivers, so the caller can first try to
     /// write them itself.
     pub fn with_core_deferred<R>(&self, f: impl FnOnce(&mut Core, Time) -> R) -> (R, Slots) {
-        let mut g = self.lock();
+        let g = self.lock();
         let now = self.now();
+        self.core_then(g, now, f)
+    }
+
+    /// [`Shared::with_core_deferred`] with the lock already taken and the
+    /// clock read (`now`).
+    fn core_then<R>(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        now: Time,
+        f: impl FnOnce(&mut Core, Time) -> R,
+    ) -> (R, Slots) {
         let r = f(&mut g.core, now);
         let mut completed = false;
         let mut close = Vec::new();
@@ -554,13 +569,81 @@ impl Shared {
         })
     }
 
-    /// Runs `f` on the core and, under the same lock, writes the small
-    /// output it produced on connections that are free (the latency path
-    /// of an `isend`: one lock and one clock reading instead of two). What
-    /// is left (a busy connection, bulk data, a blocked or failed write)
-    /// goes the usual way: [`Shared::send_now_or_wake`].
-    pub fn with_core_send<R>(&self, f: impl FnOnce(&mut Core, Time) -> R) -> R {
-        let ((r, mut rest), wake) = self.with_core_deferred(|c, now| {
+    /// An `isend` of `data` to `peer` with `tag`: the request, the time it
+    /// was made, and its outcome if it completed at once. Small messages
+    /// to a peer with one rail take the direct path in one step when they
+    /// may ([`Core::isend_now`]): the frame is written under the same lock
+    /// as the core's bookkeeping, on a connection this thread holds with
+    /// nothing queued in it; else [`Shared::core_send_then`].
+    pub fn isend(&self, peer: PeerId, tag: u64, data: bytes::Bytes) -> (ReqId, Time, Option<Result<(), SendError>>) {
+        let mut g = self.lock();
+        let now = self.now();
+        let data = match self.slot_of(peer, 0) {
+            Some(i) => match self.isend_now(g, i, tag, data, now) {
+                Ok(req) => return (req, now, Some(Ok(()))),
+                Err((back, data)) => {
+                    g = back;
+                    data
+                }
+            },
+            None => data,
+        };
+        self.core_send_then(g, now, |c, now| {
+            let id = c.isend(peer, tag, data, now);
+            (id, now, c.take_send_done(id))
+        })
+    }
+
+    /// The step of [`Shared::isend`]: with the core locked (`g`), writes
+    /// the message's frame on slot `i` if its connection is free and has
+    /// nothing queued. Gives the lock and the message back if not.
+    fn isend_now<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Inner>,
+        i: usize,
+        tag: u64,
+        data: bytes::Bytes,
+        now: Time,
+    ) -> Result<ReqId, Declined<'a>> {
+        let s = &self.slots[i];
+        // Never wait for a connection with the core locked.
+        let Ok(mut conn) = s.conn.try_lock() else { return Err((g, data)) };
+        let Some(rail) = conn.as_mut().filter(|r| r.queued_bytes() == 0) else { return Err((g, data)) };
+        let (req, t) = match g.core.isend_now(s.peer, tag, data, now) {
+            Ok(x) => x,
+            Err(data) => return Err((g, data)),
+        };
+        match rail.send_now(&t.header, t.payload) {
+            Ok(f) => {
+                if f.bytes > 0 {
+                    self.writes.fetch_add(1, Ordering::Relaxed);
+                }
+                if f.frames > 0 {
+                    g.core.on_sent(s.peer, s.rail, f.frames, now);
+                }
+                let left = rail.queued_bytes() > 0;
+                drop(g);
+                drop(conn);
+                if left {
+                    self.wake_slot(i);
+                }
+            }
+            Err(e) => {
+                drop(g);
+                self.fail(i, &mut conn, e);
+            }
+        }
+        Ok(req)
+    }
+
+    /// With the core locked (`g`, clock read at `now`): runs `f` on the
+    /// core and, under the same lock, writes the small output it produced
+    /// on connections that are free (the latency path of an `isend`: one
+    /// lock and one clock reading instead of two). What is left (a busy
+    /// connection, bulk data, a blocked or failed write) goes the usual
+    /// way: [`Shared::send_now_or_wake`].
+    fn core_send_then<R>(&self, g: MutexGuard<'_, Inner>, now: Time, f: impl FnOnce(&mut Core, Time) -> R) -> R {
+        let ((r, mut rest), wake) = self.core_then(g, now, |c, now| {
             let r = f(c, now);
             let mut slots = Slots::new();
             c.drain_wakeups(|p, rail| slots.extend(self.slot_of(p, rail)));

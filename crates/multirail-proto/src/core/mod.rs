@@ -949,6 +949,54 @@ impl Core {
         req
     }
 
+    /// The direct path to a peer reached over one rail, in one call: if
+    /// [`Core::isend`] would send `data` by the direct path on that rail
+    /// and nothing of the core waits to be written on it (no control
+    /// frame, no direct frame), the message is sent as `isend` would send
+    /// it, its send is complete (no [`Event::SendDone`]), and its frame
+    /// is handed to the caller as [`Core::poll_transmit`] would hand it;
+    /// the rail is not reported as having output. The caller must write
+    /// the frame to rail 0 at once, ahead of anything else, and report it
+    /// written with [`Core::on_sent`] as usual: so it holds the rail's
+    /// connection, with nothing queued in it, before it calls this.
+    /// `Err(data)`: not taken, nothing changed (use [`Core::isend`]).
+    pub fn isend_now(&mut self, peer: PeerId, tag: u64, data: Bytes, now: Time) -> Result<(ReqId, Transmit), Bytes> {
+        if !self.can_send_now(peer, data.len() as u64) {
+            return Err(data);
+        }
+        // As `isend` and then `poll_transmit` would, for this case.
+        self.active.insert(peer);
+        let req = self.new_req();
+        let (window, div) = (self.cfg.window_cfg(), self.cfg.ack_request_div);
+        let p = self.peers.get_mut(&peer).expect("checked");
+        if p.idle() {
+            p.last_rx = p.last_rx.max(now);
+        }
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        let mut header = self.record_direct(peer, 0, seq, tag, &data, now);
+        let r = &mut self.peers.get_mut(&peer).expect("checked").rails[0];
+        if r.hand_direct(seq, data.len() as u64, false, &window, div, now) {
+            header.flags = header.flags.with(crate::wire::Flags::ACK_NOW);
+        }
+        r.last_tx = now;
+        self.piggyback(peer, &mut header);
+        Ok((req, Transmit { header, payload: data }))
+    }
+
+    /// Whether [`Core::isend_now`] would take a message of `len` bytes to
+    /// `peer` now.
+    pub fn can_send_now(&self, peer: PeerId, len: u64) -> bool {
+        let Some(p) = self.peers.get(&peer) else { return false };
+        self.cfg.direct_eager
+            && p.failed.is_none()
+            && !p.closed_by_peer
+            && p.rails.len() == 1
+            && p.rails[0].ctrl.is_empty()
+            && p.rails[0].direct.is_empty()
+            && p.direct_rail(peer, len, &self.cfg) == Some(0)
+    }
+
     /// Posts a receive into `buf` for a message from `src` (any if `None`)
     /// with `tag` (any below [`RESERVED_TAGS`] if `None`). The buffer comes back in the
     /// [`Event::RecvDone`] event.
@@ -1066,15 +1114,7 @@ impl Core {
             r.handed.push_back(Self::handed_for(&c.header));
             t = Some(c);
         } else if let Some(mut d) = r.direct.pop_front() {
-            // A direct send (`Core::send_direct`): counted as data, and
-            // asks for acknowledgements as data does (a stream of them on a
-            // wire otherwise waits for the delayed ones: 4 KiB on a 2 Gbit
-            // testbed rail, 131 instead of 236 MB/s).
-            r.handed.push_back(if several { rail::Handed::Direct { seq: d.header.seq } } else { rail::Handed::Ctrl });
-            r.stats.tx_bytes += d.payload.len() as u64;
-            r.stats.tx_frames += 1;
-            r.stats.direct_frames += 1;
-            if r.request_ack(d.payload.len() as u64, &window, div, several, now) {
+            if r.hand_direct(d.header.seq, d.payload.len() as u64, several, &window, div, now) {
                 d.header.flags = d.header.flags.with(crate::wire::Flags::ACK_NOW);
             }
             t = Some(d);

@@ -491,6 +491,27 @@ impl RailState {
         self.up && self.suspect_since.is_none()
     }
 
+    /// A direct send's frame (of `len` payload bytes, message `seq`) is
+    /// handed to the driver: counted as data, and asks for an
+    /// acknowledgement as data does (a stream of them on a wire otherwise
+    /// waits for the delayed ones: 4 KiB on a 2 Gbit testbed rail, 131
+    /// instead of 236 MB/s). True: the frame asks now (`ACK_NOW`).
+    pub fn hand_direct(
+        &mut self,
+        seq: u64,
+        len: u64,
+        several: bool,
+        w: &super::WindowCfg,
+        div: u32,
+        now: Time,
+    ) -> bool {
+        self.handed.push_back(if several { Handed::Direct { seq } } else { Handed::Ctrl });
+        self.stats.tx_bytes += len;
+        self.stats.tx_frames += 1;
+        self.stats.direct_frames += 1;
+        self.request_ack(len, w, div, several, now)
+    }
+
     pub fn push_ctrl(&mut self, t: Transmit) {
         self.ctrl_bytes += FrameHeader::LEN + t.payload.len();
         self.ctrl.push_back(t);

@@ -211,6 +211,26 @@ impl Core {
     /// [`Core::requeue_rail`] turns it into a general message to send
     /// again.
     pub(crate) fn send_direct(&mut self, peer: PeerId, rail: RailId, seq: u64, tag: u64, data: Bytes, now: Time) {
+        let header = self.record_direct(peer, rail, seq, tag, &data, now);
+        let p = self.peers.get_mut(&peer).expect("caller checked");
+        p.rails[rail].direct.push_back(Transmit { header, payload: data });
+        push_wake(&mut self.wakeups, peer, rail);
+    }
+
+    /// What the direct path keeps of message `seq` sent to `peer` on
+    /// `rail` ([`Core::send_direct`], [`Core::isend_now`]): its credits and
+    /// bytes in flight are spent, it is kept in `Peer::direct` until
+    /// acknowledged. Returns its frame's header (without the flags that
+    /// [`Core::poll_transmit`] adds).
+    pub(crate) fn record_direct(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        seq: u64,
+        tag: u64,
+        data: &Bytes,
+        now: Time,
+    ) -> FrameHeader {
         let checksum = self.cfg.checksum;
         let p = self.peers.get_mut(&peer).expect("caller checked");
         let len = data.len() as u64;
@@ -222,11 +242,10 @@ impl Core {
         h.frag_len = len as u32;
         if checksum {
             h.flags = h.flags.with(Flags::CHECKSUM);
-            h.checksum = payload_checksum(&data);
+            h.checksum = payload_checksum(data);
         }
         let several = p.rails.len() > 1;
         let r = &mut p.rails[rail];
-        r.direct.push_back(Transmit { header: h, payload: data.clone() });
         r.inflight += len;
         // As `schedule` would: the rail was used now, and a rail that
         // carries messages is one to keep connected.
@@ -234,12 +253,12 @@ impl Core {
         if several {
             r.last_used = Some(now);
         }
-        p.direct.push_back(Direct { seq, tag, data, rail, stamp: None });
-        push_wake(&mut self.wakeups, peer, rail);
+        p.direct.push_back(Direct { seq, tag, data: data.clone(), rail, stamp: None });
         self.direct_tx += 1;
         if want {
             self.want_rails(peer, Some(rail));
         }
+        h
     }
 
     /// Starts waiting messages, re-sends orphaned fragments and RTSs and
