@@ -323,11 +323,12 @@ impl Sim {
     }
 
     /// The step of [`Sim::isend`] with [`Sim::send_now`]: the message goes
-    /// on rail 0's link now if `Core::isend_now` takes it and the link is
-    /// up with room (the endpoint's connection free with nothing queued).
+    /// on its link now if `Core::isend_now` takes it and the link is up
+    /// with room (the endpoint's connection free with nothing queued).
     fn send_now_step(&mut self, from: PeerId, to: PeerId, tag: u64, data: Bytes) -> Result<ReqId, Bytes> {
         let now = self.now;
-        let Some(link) = self.links.get_mut(&(from, to, 0)) else { return Err(data) };
+        let Some(rail) = self.nodes[from as usize].send_now_rail(to, data.len() as u64) else { return Err(data) };
+        let Some(link) = self.links.get_mut(&(from, to, rail)) else { return Err(data) };
         let backlog = link.free_at.as_nanos().saturating_sub(now.as_nanos()) as f64 * link.spec.bandwidth / 1e9;
         let free = self.send_now
             && link.connected
@@ -338,9 +339,9 @@ impl Sim {
             return Err(data);
         }
         let core = &mut self.nodes[from as usize];
-        let (req, t) = core.isend_now(to, tag, data, now)?;
-        core.on_sent(to, 0, 1, now);
-        self.wire.put(link, (from, to, 0), now, t);
+        let (req, t) = core.isend_now(to, rail, tag, data, now)?;
+        core.on_sent(to, rail, 1, now);
+        self.wire.put(link, (from, to, rail), now, t);
         self.done.insert((from, req), Done::Send(Ok(())));
         self.collect();
         Ok(req)

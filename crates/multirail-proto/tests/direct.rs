@@ -99,8 +99,9 @@ fn small_and_large_messages_mixed_arrive_in_order_on_either_path() {
 /// general path takes over mid-stream), large ones (rendezvous) among
 /// them, every payload checked. Returns the frames put on each link, in
 /// order, with their times.
-fn mixed_load(send_now: bool) -> Vec<multirail_proto::sim::WireFrame> {
-    let mut sim = one_rail_sending_now(send_now);
+fn mixed_load(rails: usize, send_now: bool) -> Vec<multirail_proto::sim::WireFrame> {
+    let mut sim = if rails == 1 { one_rail(true) } else { two_rails(Config::default()) };
+    sim.send_now = send_now;
     sim.log_wire();
     let mut tag = 0u64;
     let mut exchange = |sim: &mut Sim, from: u32, sizes: &[usize]| {
@@ -150,32 +151,36 @@ fn mixed_load(send_now: bool) -> Vec<multirail_proto::sim::WireFrame> {
 
 #[test]
 fn a_send_written_within_isend_puts_the_same_frames_on_the_wire() {
-    // `Core::isend_now` (the endpoint's path for a peer with one rail)
+    // `Core::isend_now` (the endpoint's path for a lone small message)
     // must send exactly what `isend` and then `poll_transmit` would:
     // the same frames (sequence numbers, flags such as ACK_NOW, the
     // piggybacked prefix), at the same times, in the same order on each
     // link, and so the same everything after them.
-    let queued = mixed_load(false);
-    let now = mixed_load(true);
-    assert!(queued.len() > 150, "the load put {} frames on the wire", queued.len());
-    assert_eq!(queued.len(), now.len(), "a different number of frames");
-    for (k, (a, b)) in queued.iter().zip(&now).enumerate() {
-        assert_eq!(a, b, "frame {k} differs");
+    for rails in [1, 2] {
+        let queued = mixed_load(rails, false);
+        let now = mixed_load(rails, true);
+        assert!(queued.len() > 150, "the load put {} frames on the wire", queued.len());
+        assert_eq!(queued.len(), now.len(), "{rails} rails: a different number of frames");
+        for (k, (a, b)) in queued.iter().zip(&now).enumerate() {
+            assert_eq!(a, b, "{rails} rails: frame {k} differs");
+        }
     }
 }
 
 #[test]
 fn a_send_is_written_within_isend_only_when_nothing_waits_on_its_rail() {
     // The conditions of `Core::isend_now`: it declines (changing nothing)
-    // while a control frame waits, with several rails, and for what the
-    // direct path would not take; `isend` then queues as before.
+    // while a control frame waits on the rail, on another rail than the
+    // direct path's, and for what the direct path would not take; `isend`
+    // then queues as before.
     let mut sim = one_rail(true);
     let t = sim.now;
     let core = &mut sim.nodes[0];
     let big = Bytes::from(pattern(1, 1 << 20));
-    assert!(!core.can_send_now(1, big.len() as u64));
-    assert!(core.isend_now(1, 1, big, t).is_err(), "a rendezvous message");
-    let (req, frame) = core.isend_now(1, 2, Bytes::from(pattern(2, 64)), t).expect("a lone small message");
+    assert_eq!(core.send_now_rail(1, big.len() as u64), None);
+    assert!(core.isend_now(1, 0, 1, big, t).is_err(), "a rendezvous message");
+    assert_eq!(core.send_now_rail(1, 64), Some(0));
+    let (req, frame) = core.isend_now(1, 0, 2, Bytes::from(pattern(2, 64)), t).expect("a lone small message");
     assert_eq!((frame.header.seq, frame.header.tag, frame.payload.len()), (0, 2, 64));
     assert!(core.take_send_done(req).is_none(), "complete, no event");
     assert!(core.poll_transmit(1, 0, t).is_none(), "handed over, not queued");
@@ -187,17 +192,21 @@ fn a_send_is_written_within_isend_only_when_nothing_waits_on_its_rail() {
     let mut rts = FrameHeader::new(Op::Rts);
     (rts.tag, rts.total_len) = (9, 1 << 20);
     core.on_frame(1, 0, &rts, &[], t).unwrap();
-    assert!(!core.can_send_now(1, 64));
-    assert!(core.isend_now(1, 3, Bytes::from(pattern(3, 64)), t).is_err());
+    assert_eq!(core.send_now_rail(1, 64), None);
+    assert!(core.isend_now(1, 0, 3, Bytes::from(pattern(3, 64)), t).is_err());
     let cts = core.poll_transmit(1, 0, t).expect("the CTS");
     assert_eq!(cts.header.op, Op::Cts);
     core.on_sent(1, 0, 1, t);
-    let (_, frame) = core.isend_now(1, 3, Bytes::from(pattern(3, 64)), t).expect("nothing waits now");
+    let (_, frame) = core.isend_now(1, 0, 3, Bytes::from(pattern(3, 64)), t).expect("nothing waits now");
     assert_eq!(frame.header.seq, 1);
 
+    // Several rails: on the rail the direct path picks, not another.
     let mut sim = two_rails(Config::default());
     let t = sim.now;
-    assert!(sim.nodes[0].isend_now(1, 1, Bytes::from(pattern(1, 64)), t).is_err(), "several rails");
+    let core = &mut sim.nodes[0];
+    let rail = core.send_now_rail(1, 64).expect("a lone small message goes direct");
+    assert!(core.isend_now(1, 1 - rail, 1, Bytes::from(pattern(1, 64)), t).is_err(), "not the direct path's rail");
+    assert!(core.isend_now(1, rail, 1, Bytes::from(pattern(1, 64)), t).is_ok());
 }
 
 #[test]

@@ -571,14 +571,15 @@ impl Shared {
 
     /// An `isend` of `data` to `peer` with `tag`: the request, the time it
     /// was made, and its outcome if it completed at once. Small messages
-    /// to a peer with one rail take the direct path in one step when they
-    /// may ([`Core::isend_now`]): the frame is written under the same lock
+    /// take the direct path in one step when they may
+    /// ([`Core::isend_now`]): the frame is written under the same lock
     /// as the core's bookkeeping, on a connection this thread holds with
     /// nothing queued in it; else [`Shared::core_send_then`].
     pub fn isend(&self, peer: PeerId, tag: u64, data: bytes::Bytes) -> (ReqId, Time, Option<Result<(), SendError>>) {
         let mut g = self.lock();
         let now = self.now();
-        let data = match self.slot_of(peer, 0) {
+        let rail = g.core.send_now_rail(peer, data.len() as u64);
+        let data = match rail.and_then(|r| self.slot_of(peer, r)) {
             Some(i) => match self.isend_now(g, i, tag, data, now) {
                 Ok(req) => return (req, now, Some(Ok(()))),
                 Err((back, data)) => {
@@ -609,7 +610,7 @@ impl Shared {
         // Never wait for a connection with the core locked.
         let Ok(mut conn) = s.conn.try_lock() else { return Err((g, data)) };
         let Some(rail) = conn.as_mut().filter(|r| r.queued_bytes() == 0) else { return Err((g, data)) };
-        let (req, t) = match g.core.isend_now(s.peer, tag, data, now) {
+        let (req, t) = match g.core.isend_now(s.peer, s.rail, tag, data, now) {
             Ok(x) => x,
             Err(data) => return Err((g, data)),
         };

@@ -949,19 +949,25 @@ impl Core {
         req
     }
 
-    /// The direct path to a peer reached over one rail, in one call: if
-    /// [`Core::isend`] would send `data` by the direct path on that rail
-    /// and nothing of the core waits to be written on it (no control
-    /// frame, no direct frame), the message is sent as `isend` would send
-    /// it, its send is complete (no [`Event::SendDone`]), and its frame
-    /// is handed to the caller as [`Core::poll_transmit`] would hand it;
-    /// the rail is not reported as having output. The caller must write
-    /// the frame to rail 0 at once, ahead of anything else, and report it
-    /// written with [`Core::on_sent`] as usual: so it holds the rail's
-    /// connection, with nothing queued in it, before it calls this.
-    /// `Err(data)`: not taken, nothing changed (use [`Core::isend`]).
-    pub fn isend_now(&mut self, peer: PeerId, tag: u64, data: Bytes, now: Time) -> Result<(ReqId, Transmit), Bytes> {
-        if !self.can_send_now(peer, data.len() as u64) {
+    /// The direct path in one call: if [`Core::isend`] would send `data`
+    /// by the direct path on `rail` ([`Core::send_now_rail`]), the message
+    /// is sent as `isend` would send it, its send is complete (no
+    /// [`Event::SendDone`]), and its frame is handed to the caller as
+    /// [`Core::poll_transmit`] would hand it; the rail is not reported as
+    /// having output. The caller must write the frame to `rail` at once,
+    /// ahead of anything else, and report it written with
+    /// [`Core::on_sent`] as usual: so it holds the rail's connection, with
+    /// nothing queued in it, before it calls this. `Err(data)`: not taken,
+    /// nothing changed (use [`Core::isend`]).
+    pub fn isend_now(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        tag: u64,
+        data: Bytes,
+        now: Time,
+    ) -> Result<(ReqId, Transmit), Bytes> {
+        if self.send_now_rail(peer, data.len() as u64) != Some(rail) {
             return Err(data);
         }
         // As `isend` and then `poll_transmit` would, for this case.
@@ -974,9 +980,11 @@ impl Core {
         }
         let seq = p.next_seq;
         p.next_seq += 1;
-        let mut header = self.record_direct(peer, 0, seq, tag, &data, now);
-        let r = &mut self.peers.get_mut(&peer).expect("checked").rails[0];
-        if r.hand_direct(seq, data.len() as u64, false, &window, div, now) {
+        let mut header = self.record_direct(peer, rail, seq, tag, &data, now);
+        let p = self.peers.get_mut(&peer).expect("checked");
+        let several = p.rails.len() > 1;
+        let r = &mut p.rails[rail];
+        if r.hand_direct(seq, data.len() as u64, several, &window, div, now) {
             header.flags = header.flags.with(crate::wire::Flags::ACK_NOW);
         }
         r.last_tx = now;
@@ -984,17 +992,18 @@ impl Core {
         Ok((req, Transmit { header, payload: data }))
     }
 
-    /// Whether [`Core::isend_now`] would take a message of `len` bytes to
-    /// `peer` now.
-    pub fn can_send_now(&self, peer: PeerId, len: u64) -> bool {
-        let Some(p) = self.peers.get(&peer) else { return false };
-        self.cfg.direct_eager
-            && p.failed.is_none()
-            && !p.closed_by_peer
-            && p.rails.len() == 1
-            && p.rails[0].ctrl.is_empty()
-            && p.rails[0].direct.is_empty()
-            && p.direct_rail(peer, len, &self.cfg) == Some(0)
+    /// The rail [`Core::isend_now`] would take a message of `len` bytes to
+    /// `peer` on now, if it would: the direct path's
+    /// ([`Peer::direct_rail`]), with nothing of the core waiting to be
+    /// written on it (no control frame, no direct frame).
+    pub fn send_now_rail(&self, peer: PeerId, len: u64) -> Option<RailId> {
+        let p = self.peers.get(&peer)?;
+        if !self.cfg.direct_eager || p.failed.is_some() || p.closed_by_peer {
+            return None;
+        }
+        let rail = p.direct_rail(peer, len, &self.cfg)?;
+        let r = &p.rails[rail];
+        (r.ctrl.is_empty() && r.direct.is_empty()).then_some(rail)
     }
 
     /// Posts a receive into `buf` for a message from `src` (any if `None`)
