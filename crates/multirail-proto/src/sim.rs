@@ -327,19 +327,16 @@ impl Sim {
     /// with room (the endpoint's connection free with nothing queued).
     fn send_now_step(&mut self, from: PeerId, to: PeerId, tag: u64, data: Bytes) -> Result<ReqId, Bytes> {
         let now = self.now;
-        let Some(rail) = self.nodes[from as usize].send_now_rail(to, data.len() as u64) else { return Err(data) };
-        let Some(link) = self.links.get_mut(&(from, to, rail)) else { return Err(data) };
-        let backlog = link.free_at.as_nanos().saturating_sub(now.as_nanos()) as f64 * link.spec.bandwidth / 1e9;
-        let free = self.send_now
-            && link.connected
-            && !self.crashed[from as usize]
-            && self.paused_until[from as usize] <= now
-            && backlog < self.sockbuf as f64;
-        if !free {
+        if !self.send_now || self.crashed[from as usize] || self.paused_until[from as usize] > now {
             return Err(data);
         }
+        let (links, sockbuf) = (&mut self.links, self.sockbuf as f64);
         let core = &mut self.nodes[from as usize];
-        let (req, t) = core.isend_now(to, rail, tag, data, now)?;
+        let (req, t, rail, link) = core.isend_now(to, tag, data, now, |rail| {
+            let link = links.get_mut(&(from, to, rail))?;
+            let backlog = link.free_at.as_nanos().saturating_sub(now.as_nanos()) as f64 * link.spec.bandwidth / 1e9;
+            (link.connected && backlog < sockbuf).then_some(link)
+        })?;
         core.on_sent(to, rail, 1, now);
         self.wire.put(link, (from, to, rail), now, t);
         self.done.insert((from, req), Done::Send(Ok(())));

@@ -170,17 +170,17 @@ fn a_send_written_within_isend_puts_the_same_frames_on_the_wire() {
 #[test]
 fn a_send_is_written_within_isend_only_when_nothing_waits_on_its_rail() {
     // The conditions of `Core::isend_now`: it declines (changing nothing)
-    // while a control frame waits on the rail, on another rail than the
-    // direct path's, and for what the direct path would not take; `isend`
-    // then queues as before.
+    // while a control frame waits on the rail, when the caller cannot
+    // write to the rail now, and for what the direct path would not take;
+    // `isend` then queues as before.
     let mut sim = one_rail(true);
     let t = sim.now;
     let core = &mut sim.nodes[0];
     let big = Bytes::from(pattern(1, 1 << 20));
     assert_eq!(core.send_now_rail(1, big.len() as u64), None);
-    assert!(core.isend_now(1, 0, 1, big, t).is_err(), "a rendezvous message");
+    assert!(core.isend_now(1, 1, big, t, Some).is_err(), "a rendezvous message");
     assert_eq!(core.send_now_rail(1, 64), Some(0));
-    let (req, frame) = core.isend_now(1, 0, 2, Bytes::from(pattern(2, 64)), t).expect("a lone small message");
+    let (req, frame, _, _) = core.isend_now(1, 2, Bytes::from(pattern(2, 64)), t, Some).expect("a lone small message");
     assert_eq!((frame.header.seq, frame.header.tag, frame.payload.len()), (0, 2, 64));
     assert!(core.take_send_done(req).is_none(), "complete, no event");
     assert!(core.poll_transmit(1, 0, t).is_none(), "handed over, not queued");
@@ -193,20 +193,23 @@ fn a_send_is_written_within_isend_only_when_nothing_waits_on_its_rail() {
     (rts.tag, rts.total_len) = (9, 1 << 20);
     core.on_frame(1, 0, &rts, &[], t).unwrap();
     assert_eq!(core.send_now_rail(1, 64), None);
-    assert!(core.isend_now(1, 0, 3, Bytes::from(pattern(3, 64)), t).is_err());
+    assert!(core.isend_now(1, 3, Bytes::from(pattern(3, 64)), t, Some).is_err());
     let cts = core.poll_transmit(1, 0, t).expect("the CTS");
     assert_eq!(cts.header.op, Op::Cts);
     core.on_sent(1, 0, 1, t);
-    let (_, frame) = core.isend_now(1, 0, 3, Bytes::from(pattern(3, 64)), t).expect("nothing waits now");
+    let (_, frame, _, _) = core.isend_now(1, 3, Bytes::from(pattern(3, 64)), t, Some).expect("nothing waits now");
     assert_eq!(frame.header.seq, 1);
 
-    // Several rails: on the rail the direct path picks, not another.
+    // Several rails: on the rail the direct path picks. A caller that
+    // cannot write to it now (its connection busy) changes nothing.
     let mut sim = two_rails(Config::default());
     let t = sim.now;
     let core = &mut sim.nodes[0];
     let rail = core.send_now_rail(1, 64).expect("a lone small message goes direct");
-    assert!(core.isend_now(1, 1 - rail, 1, Bytes::from(pattern(1, 64)), t).is_err(), "not the direct path's rail");
-    assert!(core.isend_now(1, rail, 1, Bytes::from(pattern(1, 64)), t).is_ok());
+    assert!(core.isend_now(1, 1, Bytes::from(pattern(1, 64)), t, |_| None::<()>).is_err());
+    let asked = |r| (r == rail).then_some(());
+    let (_, frame, on, ()) = core.isend_now(1, 1, Bytes::from(pattern(1, 64)), t, asked).expect("the rail is free");
+    assert_eq!((on, frame.header.seq), (rail, 0), "the declined send took no sequence number");
 }
 
 #[test]

@@ -165,10 +165,6 @@ pub struct Shared {
     woken_any: Vec<AtomicBool>,
 }
 
-/// A send [`Shared::isend_now`] did not take: the core's lock, and the
-/// message.
-type Declined<'a> = (MutexGuard<'a, Inner>, bytes::Bytes);
-
 /// What servicing a slot found.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Serviced {
@@ -578,63 +574,43 @@ impl Shared {
     pub fn isend(&self, peer: PeerId, tag: u64, data: bytes::Bytes) -> (ReqId, Time, Option<Result<(), SendError>>) {
         let mut g = self.lock();
         let now = self.now();
-        let rail = g.core.send_now_rail(peer, data.len() as u64);
-        let data = match rail.and_then(|r| self.slot_of(peer, r)) {
-            Some(i) => match self.isend_now(g, i, tag, data, now) {
-                Ok(req) => return (req, now, Some(Ok(()))),
-                Err((back, data)) => {
-                    g = back;
-                    data
+        // Never wait for a connection with the core locked.
+        let free = |rail| {
+            let i = self.slot_of(peer, rail)?;
+            let conn = self.slots[i].conn.try_lock().ok()?;
+            conn.as_ref().is_some_and(|r| r.queued_bytes() == 0).then_some((i, conn))
+        };
+        let data = match g.core.isend_now(peer, tag, data, now, free) {
+            Ok((req, t, rail, (i, mut conn))) => {
+                let Some(r) = conn.as_mut() else { unreachable!("checked while locked") };
+                match r.send_now(&t.header, t.payload) {
+                    Ok(f) => {
+                        if f.bytes > 0 {
+                            self.writes.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if f.frames > 0 {
+                            g.core.on_sent(peer, rail, f.frames, now);
+                        }
+                        let left = r.queued_bytes() > 0;
+                        drop(g);
+                        drop(conn);
+                        if left {
+                            self.wake_slot(i);
+                        }
+                    }
+                    Err(e) => {
+                        drop(g);
+                        self.fail(i, &mut conn, e);
+                    }
                 }
-            },
-            None => data,
+                return (req, now, Some(Ok(())));
+            }
+            Err(data) => data,
         };
         self.core_send_then(g, now, |c, now| {
             let id = c.isend(peer, tag, data, now);
             (id, now, c.take_send_done(id))
         })
-    }
-
-    /// The step of [`Shared::isend`]: with the core locked (`g`), writes
-    /// the message's frame on slot `i` if its connection is free and has
-    /// nothing queued. Gives the lock and the message back if not.
-    fn isend_now<'a>(
-        &'a self,
-        mut g: MutexGuard<'a, Inner>,
-        i: usize,
-        tag: u64,
-        data: bytes::Bytes,
-        now: Time,
-    ) -> Result<ReqId, Declined<'a>> {
-        let s = &self.slots[i];
-        // Never wait for a connection with the core locked.
-        let Ok(mut conn) = s.conn.try_lock() else { return Err((g, data)) };
-        let Some(rail) = conn.as_mut().filter(|r| r.queued_bytes() == 0) else { return Err((g, data)) };
-        let (req, t) = match g.core.isend_now(s.peer, s.rail, tag, data, now) {
-            Ok(x) => x,
-            Err(data) => return Err((g, data)),
-        };
-        match rail.send_now(&t.header, t.payload) {
-            Ok(f) => {
-                if f.bytes > 0 {
-                    self.writes.fetch_add(1, Ordering::Relaxed);
-                }
-                if f.frames > 0 {
-                    g.core.on_sent(s.peer, s.rail, f.frames, now);
-                }
-                let left = rail.queued_bytes() > 0;
-                drop(g);
-                drop(conn);
-                if left {
-                    self.wake_slot(i);
-                }
-            }
-            Err(e) => {
-                drop(g);
-                self.fail(i, &mut conn, e);
-            }
-        }
-        Ok(req)
     }
 
     /// With the core locked (`g`, clock read at `now`): runs `f` on the

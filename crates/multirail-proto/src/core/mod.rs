@@ -950,26 +950,26 @@ impl Core {
     }
 
     /// The direct path in one call: if [`Core::isend`] would send `data`
-    /// by the direct path on `rail` ([`Core::send_now_rail`]), the message
-    /// is sent as `isend` would send it, its send is complete (no
-    /// [`Event::SendDone`]), and its frame is handed to the caller as
-    /// [`Core::poll_transmit`] would hand it; the rail is not reported as
-    /// having output. The caller must write the frame to `rail` at once,
+    /// by the direct path, on rail `r` ([`Core::send_now_rail`]), and
+    /// `take(r)` gives the means to write to it at once (`Some(w)`: the
+    /// caller holds the rail's connection, with nothing queued in it), the
+    /// message is sent as `isend` would send it, its send is complete (no
+    /// [`Event::SendDone`]), and its frame is handed back with `r` and `w`
+    /// as [`Core::poll_transmit`] would hand it; the rail is not reported
+    /// as having output. The caller must write the frame to `r` at once,
     /// ahead of anything else, and report it written with
-    /// [`Core::on_sent`] as usual: so it holds the rail's connection, with
-    /// nothing queued in it, before it calls this. `Err(data)`: not taken,
-    /// nothing changed (use [`Core::isend`]).
-    pub fn isend_now(
+    /// [`Core::on_sent`] as usual. `Err(data)`: not taken, nothing changed
+    /// (use [`Core::isend`]).
+    pub fn isend_now<W>(
         &mut self,
         peer: PeerId,
-        rail: RailId,
         tag: u64,
         data: Bytes,
         now: Time,
-    ) -> Result<(ReqId, Transmit), Bytes> {
-        if self.send_now_rail(peer, data.len() as u64) != Some(rail) {
-            return Err(data);
-        }
+        take: impl FnOnce(RailId) -> Option<W>,
+    ) -> Result<(ReqId, Transmit, RailId, W), Bytes> {
+        let Some(rail) = self.send_now_rail(peer, data.len() as u64) else { return Err(data) };
+        let Some(w) = take(rail) else { return Err(data) };
         // As `isend` and then `poll_transmit` would, for this case.
         self.active.insert(peer);
         let req = self.new_req();
@@ -989,7 +989,7 @@ impl Core {
         }
         r.last_tx = now;
         self.piggyback(peer, &mut header);
-        Ok((req, Transmit { header, payload: data }))
+        Ok((req, Transmit { header, payload: data }, rail, w))
     }
 
     /// The rail [`Core::isend_now`] would take a message of `len` bytes to
