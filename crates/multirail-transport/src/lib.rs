@@ -183,6 +183,13 @@ pub trait Rail: Send {
     fn wakeups_sent(&self) -> u64 {
         0
     }
+    /// For a rail that says [`Rail::spin_poll`]: false only if servicing
+    /// it now would certainly do nothing (no byte to read, none staged,
+    /// nothing queued to write, no wake-up to withdraw), so a spinning
+    /// loop may look at it this cheaply instead. True when it cannot tell.
+    fn input_hint(&mut self) -> bool {
+        true
+    }
 }
 
 impl Rail for Box<dyn Rail> {
@@ -227,6 +234,9 @@ impl Rail for Box<dyn Rail> {
     }
     fn wakeups_sent(&self) -> u64 {
         (**self).wakeups_sent()
+    }
+    fn input_hint(&mut self) -> bool {
+        (**self).input_hint()
     }
 }
 

@@ -138,6 +138,11 @@ pub trait ByteStream: Send {
     }
     /// See [`Rail::engine_arms`].
     fn engine_arms(&mut self) {}
+    /// See [`Rail::input_hint`]: false only if a read now would certainly
+    /// find nothing and change nothing.
+    fn input_hint(&mut self) -> bool {
+        true
+    }
     /// See [`Rail::wakeups_sent`].
     fn wakeups_sent(&self) -> u64 {
         0
@@ -444,6 +449,15 @@ impl<S: ByteStream> Rail for StreamRail<S> {
 
     fn queued_bytes(&self) -> usize {
         self.out_bytes - self.out_pos
+    }
+
+    /// Bytes staged or being copied, output queued, or the stream's hint.
+    fn input_hint(&mut self) -> bool {
+        self.hi > self.lo
+            || self.partial.is_some()
+            || !self.reading.is_empty()
+            || self.queued_bytes() > 0
+            || self.stream.input_hint()
     }
 
     /// With nothing queued, one vectored write of header and payload from

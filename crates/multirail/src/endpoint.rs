@@ -493,6 +493,14 @@ impl Endpoint {
         self.shared.spin_yields.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many rounds a spinning wait of the polled engine skipped
+    /// because every rail it reads said nothing was there (shared memory
+    /// can tell cheaply; sockets cannot). A diagnostic.
+    #[doc(hidden)]
+    pub fn quiet_rounds(&self) -> u64 {
+        self.shared.quiet_rounds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether this `isend`'s message may stay queued (write coalescing):
     /// it follows another `isend` within `COALESCE_GAP` with no wait since,
     /// fewer than `coalesce` are queued, and the engine will run its loop

@@ -146,6 +146,9 @@ pub struct Shared {
     /// Times a spinning waiter gave its CPU away (diagnostics: see
     /// `Endpoint::spin_yields`).
     pub spin_yields: AtomicU64,
+    /// Spinning rounds skipped because nothing could be there
+    /// (diagnostics: see `Endpoint::quiet_rounds`).
+    pub quiet_rounds: AtomicU64,
     /// `isend`s since the last wait, and when the last one was made
     /// (nanoseconds since `origin`): write coalescing (`Config::coalesce`).
     pub burst: AtomicU64,
@@ -210,6 +213,7 @@ impl Shared {
             io_wakeups: AtomicU64::new(0),
             sleep_timeouts: AtomicU64::new(0),
             spin_yields: AtomicU64::new(0),
+            quiet_rounds: AtomicU64::new(0),
             burst: AtomicU64::new(0),
             last_isend: AtomicU64::new(0),
             deferred_any: AtomicBool::new(false),
@@ -473,6 +477,19 @@ impl Shared {
     /// See [`crate::Endpoint::wakeups_sent`].
     pub fn wakeups_sent(&self) -> u64 {
         self.slots.iter().map(|s| s.lock_conn().as_ref().map_or(0, |r| r.wakeups_sent())).sum()
+    }
+
+    /// True if servicing slot `i` now would certainly do nothing: no
+    /// output for it, no close asked for, and its rail says so
+    /// ([`multirail_transport::Rail::input_hint`]). A slot in use by
+    /// another thread is not quiet.
+    pub fn quiet(&self, i: usize) -> bool {
+        let s = &self.slots[i];
+        if s.wake_pending.load(Ordering::Acquire) || s.close_requested.load(Ordering::Acquire) {
+            return false;
+        }
+        let Ok(mut conn) = s.conn.try_lock() else { return false };
+        conn.as_mut().is_some_and(|r| !r.input_hint())
     }
 
     /// Before the loop sleeps: arms slot `i`'s rail (see

@@ -151,6 +151,42 @@ fn shm_rail_both_engines() {
     exchange_on("shm", Progress::Threaded, "16K:single,*:adaptive", 41, 40);
 }
 
+/// A waiter spinning on `shm` skips the rounds in which nothing can be
+/// there (the ring says so at the cost of a load) and still takes every
+/// message, in order, intact, and the peer's close.
+#[test]
+fn a_spinning_wait_on_shm_skips_empty_rounds_and_misses_nothing() {
+    let n = 3000u64;
+    let skipped = job(
+        2,
+        |_| builder("shm", Progress::Polled, "16K:single,*:adaptive").spin(Duration::from_millis(5)),
+        |ep| {
+            let peer = 1 - ep.rank();
+            let mut buf = vec![0u8; 256];
+            for i in 0..n {
+                let len = (i * 37 % 200) as usize;
+                if (i % 2 == 0) == (ep.rank() == 0) {
+                    ep.send(peer, i, &pattern(i, len)).unwrap();
+                } else {
+                    let st = ep.recv(Some(peer), None, &mut buf).unwrap();
+                    assert_eq!((st.tag, st.len as usize), (i, len), "in order");
+                    assert_eq!(&buf[..len], &pattern(i, len)[..], "message {i}");
+                }
+            }
+            let skipped = ep.quiet_rounds();
+            if ep.rank() == 0 {
+                ep.close().unwrap();
+            } else {
+                // The peer's close ends a wait that would otherwise spin on.
+                let e = ep.recv(Some(peer), None, &mut buf).unwrap_err();
+                assert!(matches!(e, multirail::Error::PeerClosed(0)), "{e}");
+            }
+            skipped
+        },
+    );
+    assert!(skipped.iter().sum::<u64>() > 0, "no round was skipped: {skipped:?}");
+}
+
 /// The shm rail's two paths for large payloads: single copy from the
 /// sender's memory (lent from 1 byte on, so every payload takes it) and
 /// always through the ring (`MULTIRAIL_SHM_CMA=off`).

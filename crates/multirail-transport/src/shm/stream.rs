@@ -397,6 +397,18 @@ impl crate::tcp::ByteStream for ShmStream {
         self.engine_arms = true;
     }
 
+    fn input_hint(&mut self) -> bool {
+        // Armed: the next read withdraws the wake-up (not armed by the
+        // engine: it may arm itself); closed, gone or shut: the next read
+        // says so.
+        !self.engine_arms
+            || self.armed
+            || self.shut
+            || self.peer_gone
+            || self.rx.is_producer_closed()
+            || self.rx.available().map_or(true, |n| n > 0)
+    }
+
     fn wakeups_sent(&self) -> u64 {
         self.rung
     }
@@ -745,6 +757,30 @@ mod tests {
         assert!(!ByteStream::arm(&mut b), "nothing there: sleep");
         ByteStream::write_vectored(&mut a, &[IoSlice::new(b"wake")]).unwrap();
         assert!(rung(&b), "the sleeper is woken");
+    }
+
+    /// The hint that lets a spinning loop skip a read: "nothing" only when
+    /// a read would find nothing and change nothing.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn the_input_hint_says_nothing_only_when_a_read_would_find_nothing() {
+        use crate::tcp::ByteStream;
+        let (mut a, mut b) = ShmStream::pair(4096).unwrap();
+        assert!(ByteStream::input_hint(&mut b), "before the engine arms it, a read may arm it: cannot tell");
+        ByteStream::engine_arms(&mut b);
+        assert!(!ByteStream::input_hint(&mut b), "empty");
+        ByteStream::write_vectored(&mut a, &[IoSlice::new(b"abc")]).unwrap();
+        assert!(ByteStream::input_hint(&mut b), "bytes written");
+        let mut buf = [0u8; 64];
+        assert_eq!(ByteStream::read(&mut b, &mut buf).unwrap(), 3);
+        assert!(!ByteStream::input_hint(&mut b), "read");
+        assert!(!ByteStream::arm(&mut b), "armed for a sleep");
+        assert!(ByteStream::input_hint(&mut b), "armed: the next read withdraws the wake-up");
+        assert_eq!(ByteStream::read(&mut b, &mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        assert!(!ByteStream::input_hint(&mut b));
+        drop(a);
+        assert!(ByteStream::input_hint(&mut b), "closed: the read says so");
+        assert_eq!(ByteStream::read(&mut b, &mut buf).unwrap(), 0);
     }
 
     /// A loop that never sleeps (busy with other rails) still learns of a
