@@ -91,6 +91,13 @@ struct Link {
     epoch: u64,
 }
 
+impl Link {
+    /// Bytes accepted and not yet on the wire at `now`.
+    fn backlog(&self, now: Time) -> f64 {
+        self.free_at.as_nanos().saturating_sub(now.as_nanos()) as f64 * self.spec.bandwidth / 1e9
+    }
+}
+
 /// What is on the wires: frames in flight, and a log of every frame put
 /// on a link if asked for ([`Sim::log_wire`]).
 #[derive(Default)]
@@ -334,8 +341,7 @@ impl Sim {
         let core = &mut self.nodes[from as usize];
         let (req, t, rail, link) = core.isend_now(to, tag, data, now, |rail| {
             let link = links.get_mut(&(from, to, rail))?;
-            let backlog = link.free_at.as_nanos().saturating_sub(now.as_nanos()) as f64 * link.spec.bandwidth / 1e9;
-            (link.connected && backlog < sockbuf).then_some(link)
+            (link.connected && link.backlog(now) < sockbuf).then_some(link)
         })?;
         core.on_sent(to, rail, 1, now);
         self.wire.put(link, (from, to, rail), now, t);
@@ -587,8 +593,7 @@ impl Sim {
             }
             let core = &mut self.nodes[from as usize];
             loop {
-                let backlog = link.free_at.as_nanos().saturating_sub(now.as_nanos()) as f64 * link.spec.bandwidth / 1e9;
-                if backlog >= self.sockbuf as f64 {
+                if link.backlog(now) >= self.sockbuf as f64 {
                     break;
                 }
                 let Some(t) = core.poll_transmit(to, rail, now) else { break };

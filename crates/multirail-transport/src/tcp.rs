@@ -471,15 +471,7 @@ impl<S: ByteStream> Rail for StreamRail<S> {
         self.release_lent();
         let bytes = header.to_bytes();
         let total = bytes.len() + payload.len();
-        let n = loop {
-            match self.stream.write_vectored(&[IoSlice::new(&bytes), IoSlice::new(&payload)]) {
-                Ok(0) => return Err(RailError::Closed),
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
-            }
-        };
+        let n = write_some(&mut self.stream, &[IoSlice::new(&bytes), IoSlice::new(&payload)])?.unwrap_or(0);
         if n == total {
             return Ok(Flushed { frames: 1, bytes: n, blocked: false });
         }
@@ -510,15 +502,9 @@ impl<S: ByteStream> Rail for StreamRail<S> {
                 &mut many
             };
             let used = gather(&self.out, self.out_pos, iov);
-            let n = match self.stream.write_vectored(&iov[..used]) {
-                Ok(0) => return Err(RailError::Closed),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    res.blocked = true;
-                    return Ok(res);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
+            let Some(n) = write_some(&mut self.stream, &iov[..used])? else {
+                res.blocked = true;
+                return Ok(res);
             };
             res.bytes += n;
             let mut left = self.out_pos + n;
@@ -667,6 +653,20 @@ impl<S: ByteStream> Rail for StreamRail<S> {
 
     fn wakeups_sent(&self) -> u64 {
         self.stream.wakeups_sent()
+    }
+}
+
+/// One vectored write to `stream`: the bytes it took, `None` if it would
+/// block (retried when interrupted); taking none is a closed stream.
+fn write_some<S: ByteStream>(stream: &mut S, bufs: &[IoSlice<'_>]) -> Result<Option<usize>, RailError> {
+    loop {
+        match stream.write_vectored(bufs) {
+            Ok(0) => return Err(RailError::Closed),
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 

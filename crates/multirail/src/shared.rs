@@ -547,6 +547,17 @@ impl Shared {
         }
     }
 
+    /// After a write on slot `s` with the core locked (`c`): counts it if
+    /// it wrote anything, and reports the frames it completed as sent.
+    fn flushed(&self, c: &mut Core, s: &Slot, f: multirail_transport::Flushed, now: Time) {
+        if f.bytes > 0 {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        if f.frames > 0 {
+            c.on_sent(s.peer, s.rail, f.frames, now);
+        }
+    }
+
     /// With the core locked: reports `written` frames as sent, moves the
     /// core's frames for `s` into `rail` (up to `FILL_TARGET` queued) and,
     /// when at most `INLINE_WRITE` bytes are queued, writes them now.
@@ -571,12 +582,7 @@ impl Shared {
         let q = rail.queued_bytes();
         (q > 0 && q <= INLINE_WRITE).then(|| {
             rail.flush().map(|f| {
-                if f.bytes > 0 {
-                    self.writes.fetch_add(1, Ordering::Relaxed);
-                }
-                if f.frames > 0 {
-                    c.on_sent(s.peer, s.rail, f.frames, now);
-                }
+                self.flushed(c, s, f, now);
                 f.blocked
             })
         })
@@ -598,16 +604,11 @@ impl Shared {
             conn.as_ref().is_some_and(|r| r.queued_bytes() == 0).then_some((i, conn))
         };
         let data = match g.core.isend_now(peer, tag, data, now, free) {
-            Ok((req, t, rail, (i, mut conn))) => {
+            Ok((req, t, _, (i, mut conn))) => {
                 let Some(r) = conn.as_mut() else { unreachable!("checked while locked") };
                 match r.send_now(&t.header, t.payload) {
                     Ok(f) => {
-                        if f.bytes > 0 {
-                            self.writes.fetch_add(1, Ordering::Relaxed);
-                        }
-                        if f.frames > 0 {
-                            g.core.on_sent(peer, rail, f.frames, now);
-                        }
+                        self.flushed(&mut g.core, &self.slots[i], f, now);
                         let left = r.queued_bytes() > 0;
                         drop(g);
                         drop(conn);

@@ -554,6 +554,16 @@ impl Peer {
         self.rails[rail].owing.remove(&(at, what));
     }
 
+    /// The sequence number of a message starting now (work starting
+    /// after a quiet time restarts the silence clock).
+    fn start_message(&mut self, now: Time) -> u64 {
+        if self.idle() {
+            self.last_rx = self.last_rx.max(now);
+        }
+        self.next_seq += 1;
+        self.next_seq - 1
+    }
+
     /// Nothing in progress either way (work starting now restarts the
     /// silence clock).
     fn idle(&self) -> bool {
@@ -929,11 +939,7 @@ impl Core {
             self.events.push_back(Event::SendDone { req, result: Err(SendError::PeerClosed(peer)) });
             return req;
         }
-        if p.idle() {
-            p.last_rx = p.last_rx.max(now);
-        }
-        let seq = p.next_seq;
-        p.next_seq += 1;
+        let seq = p.start_message(now);
         let len = data.len() as u64;
         if self.cfg.direct_eager
             && let Some(rail) = p.direct_rail(peer, len, &self.cfg)
@@ -974,12 +980,7 @@ impl Core {
         self.active.insert(peer);
         let req = self.new_req();
         let (window, div) = (self.cfg.window_cfg(), self.cfg.ack_request_div);
-        let p = self.peers.get_mut(&peer).expect("checked");
-        if p.idle() {
-            p.last_rx = p.last_rx.max(now);
-        }
-        let seq = p.next_seq;
-        p.next_seq += 1;
+        let seq = self.peers.get_mut(&peer).expect("checked").start_message(now);
         let mut header = self.record_direct(peer, rail, seq, tag, &data, now);
         let p = self.peers.get_mut(&peer).expect("checked");
         let several = p.rails.len() > 1;

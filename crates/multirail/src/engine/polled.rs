@@ -113,17 +113,31 @@ impl PollState {
     /// instructions; a skipped one about 300, this check about 100 of
     /// them (callgrind, 8 B ping-pong over `shm`).
     fn quiet_round(&self, shared: &Shared, now: Instant) -> bool {
-        let after_work = self.worked && self.timers_at.is_none_or(|t| now.duration_since(t) >= super::TIMER_AFTER_WORK);
         self.quiet < QUIET_MAX
             && self.direct
-            && !after_work
-            && self.next_timer.is_some_and(|t| now < t)
+            && !self.timers_due(now)
             && self.more_list.is_empty()
             && self.due.is_empty()
             && !self.spin.is_empty()
             && !(0..shared.rail_count()).any(|r| shared.any_woken(r))
-            && (0..self.regs.len()).all(|i| self.is_spin[i] || !self.regs[i].registered())
+            && self.all_read_directly()
             && self.spin.iter().all(|&i| shared.quiet(i))
+    }
+
+    /// Timers are to run at `now`: one is due (or none is known yet), or
+    /// work was done since they last ran and that was at least
+    /// `TIMER_AFTER_WORK` ago (a busy loop does not walk every timer for
+    /// every message).
+    fn timers_due(&self, now: Instant) -> bool {
+        let after_work = self.worked && self.timers_at.is_none_or(|t| now.duration_since(t) >= TIMER_AFTER_WORK);
+        after_work || self.next_timer.is_none_or(|t| now >= t)
+    }
+
+    /// Every connected slot is read directly on each round (shared memory,
+    /// or a socket a spinning waiter took out of the epoll set): epoll
+    /// has nothing to tell but now and then.
+    fn all_read_directly(&self) -> bool {
+        (0..self.regs.len()).all(|i| self.is_spin[i] || !self.regs[i].registered())
     }
 }
 
@@ -311,8 +325,7 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: 
     // Timers run when due; after work (which may have armed an earlier
     // one) at most every TIMER_AFTER_WORK, so a busy loop does not walk
     // every timer for every message.
-    let after_work = st.worked && st.timers_at.is_none_or(|t| now.duration_since(t) >= TIMER_AFTER_WORK);
-    if after_work || st.next_timer.is_none_or(|t| now >= t) {
+    if st.timers_due(now) {
         let timers = shared.run_timers();
         st.next_timer = Some(now + sleep_for([timers]).min(TIMER_RECHECK));
         st.timers_at = Some(now);
@@ -360,11 +373,7 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: 
     }
     // Spinning with every connected slot read directly (above): nothing
     // for epoll to tell, except now and then.
-    if timeout.is_zero()
-        && st.direct
-        && st.skipped < DIRECT_EPOLL_EVERY
-        && (0..n).all(|i| st.is_spin[i] || !st.regs[i].registered())
-    {
+    if timeout.is_zero() && st.direct && st.skipped < DIRECT_EPOLL_EVERY && st.all_read_directly() {
         st.skipped += 1;
         return;
     }
