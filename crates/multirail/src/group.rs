@@ -862,9 +862,10 @@ impl Driver {
     /// Takes back the buffers of data frames (received, or own once sent)
     /// and of reassembled messages that nobody holds any more: frames for
     /// the next receives and encodings, messages for the core to reassemble
-    /// into. Frame bytes past the frame are left as they are (a receive
-    /// overwrites what it reports and is cut to that length); only a
-    /// buffer shorter than a data frame is extended with zeros.
+    /// into. A received frame is a view of its buffer, which comes back
+    /// whole (a receive overwrites what it reports; the bytes past it are
+    /// never read); only an own encoding, cut to its length, is extended
+    /// with zeros to a data frame again.
     fn reclaim(&mut self) {
         let keep = self.posted_data * self.ranks.len();
         let (spare, data_frame) = (&mut self.spare, self.data_frame);
@@ -1049,11 +1050,15 @@ impl Driver {
         arrived.reverse();
         for (p, c) in arrived {
             match c {
-                Completion::Recv(Ok(st), mut buf) => {
-                    buf.truncate(st.len as usize);
-                    let raw = buf.freeze();
+                Completion::Recv(Ok(st), buf) => {
+                    // The frame is a view of the posted buffer; the buffer
+                    // is taken back whole, at the length a receive needs,
+                    // so that reusing it writes nothing (a head of a few
+                    // bytes cut to its length and extended again zeroed a
+                    // whole data frame: 6 % of the CPU in a 1 MB run).
+                    let (whole, raw) = frame_view(buf, st.len as usize);
                     if p.data {
-                        self.held.push_back(raw.clone());
+                        self.held.push_back(whole);
                         self.take_data(p.peer, p.seq, raw, frames);
                     } else {
                         frames.push((Frame::decode(&raw).map_err(|e| e.to_string()), Wire::Whole(raw)));
@@ -1270,6 +1275,15 @@ fn take_back(list: &mut VecDeque<Bytes>, max: usize, mut put: impl FnMut(BytesMu
     }
 }
 
+/// A receive buffer frozen whole, and the frame received into its first
+/// `len` bytes as a view of it: once the view is dropped, the whole buffer
+/// comes back ([`take_back`]) at the length a receive needs.
+fn frame_view(buf: BytesMut, len: usize) -> (Bytes, Bytes) {
+    let whole = buf.freeze();
+    let frame = whole.slice(..len.min(whole.len()));
+    (whole, frame)
+}
+
 /// A send handed to the endpoint; `own`: bytes of an own data frame.
 struct Sent {
     id: ReqId,
@@ -1350,6 +1364,25 @@ mod tests {
     /// A message that could not be received (empty) takes its place in the
     /// order: the head waiting for it is dropped with it, and the messages
     /// held behind it go on.
+    #[test]
+    fn a_receive_buffer_comes_back_whole_once_its_frame_is_dropped() {
+        let (whole, frame) = frame_view(BytesMut::from(&[7u8; 1000][..]), 40);
+        assert_eq!(frame.len(), 40);
+        let mut list = VecDeque::from([whole]);
+        let mut back = Vec::new();
+        // Still held through the frame: not taken back.
+        take_back(&mut list, 8, |m| back.push(m));
+        assert!(back.is_empty());
+        assert_eq!(list.len(), 1);
+        drop(frame);
+        take_back(&mut list, 8, |m| back.push(m));
+        assert!(list.is_empty());
+        // At full length with its bytes as they were: nothing to write
+        // before it is posted again.
+        assert_eq!(back.len(), 1);
+        assert_eq!(&back[0][..], &[7u8; 1000][..]);
+    }
+
     #[test]
     fn a_message_not_received_releases_those_behind_it() {
         let mut inb = Inbound::default();
