@@ -733,6 +733,26 @@ mod tests {
         sink
     }
 
+    /// Frame `i` of a numbered sequence: an eager frame with sequence
+    /// number `i` and `n` bytes of value `i`.
+    fn numbered(i: usize, n: usize) -> (FrameHeader, Bytes) {
+        let mut h = FrameHeader::new(multirail_proto::wire::Op::Eager);
+        h.seq = i as u64;
+        h.total_len = n as u64;
+        h.frag_len = n as u32;
+        (h, Bytes::from(vec![i as u8; n]))
+    }
+
+    /// The frames [`numbered`] made for `sizes` arrived whole and in order.
+    fn check_numbered(sink: &CollectSink, sizes: &[usize]) {
+        assert_eq!(sink.frames.len(), sizes.len());
+        for (i, (h, p)) in sink.frames.iter().enumerate() {
+            assert_eq!(h.seq, i as u64);
+            assert_eq!(p.len(), sizes[i]);
+            assert!(p.iter().all(|&x| x == i as u8), "frame {i} corrupted");
+        }
+    }
+
     fn rail(s: TcpStream) -> TcpRail {
         let caps = RailCaps { name: "t".into(), bandwidth: 0, latency: Duration::ZERO, max_frame: 1 << 24 };
         TcpRail::new(s, caps, Limits::default()).unwrap()
@@ -744,18 +764,10 @@ mod tests {
         let (mut a, mut b) = (rail(a), rail(b));
         let sizes = [0usize, 1, 47, 48, 4096, 32 << 10, (32 << 10) + 1, 3 << 20, 5];
         for (i, &n) in sizes.iter().enumerate() {
-            let mut h = FrameHeader::new(multirail_proto::wire::Op::Eager);
-            h.seq = i as u64;
-            h.total_len = n as u64;
-            h.frag_len = n as u32;
-            a.send(&h, Bytes::from(vec![i as u8; n]));
+            let (h, p) = numbered(i, n);
+            a.send(&h, p);
         }
-        let sink = deliver(&mut a, &mut b, sizes.len());
-        for (i, (h, p)) in sink.frames.iter().enumerate() {
-            assert_eq!(h.seq, i as u64);
-            assert_eq!(p.len(), sizes[i]);
-            assert!(p.iter().all(|&x| x == i as u8));
-        }
+        check_numbered(&deliver(&mut a, &mut b, sizes.len()), &sizes);
         assert_eq!(a.queued_bytes(), 0);
     }
 
@@ -769,18 +781,10 @@ mod tests {
         let (mut a, mut b) = (rail(a), rail(b));
         let sizes = [300usize << 10, 100, 300 << 10, 7, 300 << 10, 2000, 300 << 10, 0, 300 << 10];
         for (i, &n) in sizes.iter().enumerate() {
-            let mut h = FrameHeader::new(multirail_proto::wire::Op::Eager);
-            h.seq = i as u64;
-            h.total_len = n as u64;
-            h.frag_len = n as u32;
-            a.send(&h, Bytes::from(vec![i as u8; n]));
+            let (h, p) = numbered(i, n);
+            a.send(&h, p);
         }
-        let sink = deliver(&mut a, &mut b, sizes.len());
-        for (i, (h, p)) in sink.frames.iter().enumerate() {
-            assert_eq!(h.seq, i as u64);
-            assert_eq!(p.len(), sizes[i]);
-            assert!(p.iter().all(|&x| x == i as u8), "frame {i} corrupted");
-        }
+        check_numbered(&deliver(&mut a, &mut b, sizes.len()), &sizes);
         assert!(
             b.staged_large_bytes() <= STAGE as u64,
             "{} bytes of large payloads went through staging",
@@ -802,12 +806,9 @@ mod tests {
         let sizes = [8usize, 12 << 20, 5, 64 << 10, 1];
         let mut parts = Vec::new();
         for (i, &n) in sizes.iter().enumerate() {
-            let mut h = FrameHeader::new(multirail_proto::wire::Op::Eager);
-            h.seq = i as u64;
-            h.total_len = n as u64;
-            h.frag_len = n as u32;
+            let (h, p) = numbered(i, n);
             let queued_before = a.queued_bytes();
-            let f = a.send_now(&h, Bytes::from(vec![i as u8; n])).unwrap();
+            let f = a.send_now(&h, p).unwrap();
             parts.push((queued_before, f));
         }
         let (_, first) = parts[0];
@@ -815,12 +816,7 @@ mod tests {
         let (_, big) = parts[1];
         assert!(big.bytes < FrameHeader::LEN + (12 << 20) && big.blocked, "the big frame fits only in part: {big:?}");
         assert!(parts[2..].iter().all(|&(q, f)| q > 0 && f.frames == 0), "later frames queue behind it");
-        let sink = deliver(&mut a, &mut b, sizes.len());
-        for (i, (h, p)) in sink.frames.iter().enumerate() {
-            assert_eq!(h.seq, i as u64);
-            assert_eq!(p.len(), sizes[i]);
-            assert!(p.iter().all(|&x| x == i as u8), "frame {i} corrupted");
-        }
+        check_numbered(&deliver(&mut a, &mut b, sizes.len()), &sizes);
         assert_eq!(a.queued_bytes(), 0);
     }
 
