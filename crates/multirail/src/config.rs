@@ -77,9 +77,10 @@ pub struct Config {
     /// How long a waiting thread busy-polls the rails before sleeping in
     /// epoll (trades CPU for latency; ZERO never spins).
     pub spin: Duration,
-    /// `spin` was not set explicitly: with more ranks on this host than
-    /// CPUs, waiting threads do not spin at all (they would take the CPU
-    /// the other ranks need).
+    /// `spin` was not set explicitly: with more than
+    /// [`crate::cpus::SPIN_RANKS_PER_CPU`] ranks per CPU on this host,
+    /// waiting threads do not spin at all (they would take the CPU the
+    /// other ranks need).
     pub spin_auto: bool,
     /// Most messages a burst of `isend`s leaves unwritten before one
     /// vectored write carries them (MULTIRAIL_COALESCE; 0: every `isend`

@@ -80,11 +80,28 @@ pub fn format_list(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
+/// Most ranks per CPU of a host whose waiting threads still spin.
+///
+/// Up to two, a spinning wait that gives its CPU away between rounds
+/// ([`crowded`]) lets the peer that shares the CPU run and answer sooner
+/// than a sleep and a wake-up would: 4 ranks on 2 CPUs, `shm`, spinning
+/// against sleeping at once, gave 8 B latency (`multi_lat --pairs 2`)
+/// 3.4 against 16.6 µs and message rate (`mbw_mr --pairs 2`) 1.45-1.51 x;
+/// at 3 ranks per CPU the rate was even (1.005 x), at 4 and 16 spinning
+/// lost (0.87 and 0.70 x), every rank's yields taking the CPU from the
+/// one with work (docs/benchmarks.md, 2026-11-29, twenty-fourth session).
+/// Where the peer shares the waiter's CPU, a wait still spins its first
+/// 20 µs before it yields, so such a pair's latency is about that (some
+/// runs of 4 ranks on 2 CPUs: 22-31 µs against 2.1-3.5 µs); yielding
+/// sooner cost every other run more (at once: 11 µs in all of them).
+pub const SPIN_RANKS_PER_CPU: usize = 2;
+
 /// Whether threads waiting in `local_ranks` ranks on a host of
-/// `host_cpus` CPUs may spin: not when the ranks outnumber the CPUs
-/// (a spinning rank would take the CPU from the one it waits for).
+/// `host_cpus` CPUs may spin: not when there are more than
+/// [`SPIN_RANKS_PER_CPU`] per CPU (each spinning rank would take the CPU
+/// from the ones it waits for).
 pub(crate) fn may_spin(local_ranks: Option<u32>, host_cpus: usize) -> bool {
-    local_ranks.is_none_or(|l| l as usize <= host_cpus)
+    local_ranks.is_none_or(|l| l as usize <= SPIN_RANKS_PER_CPU * host_cpus)
 }
 
 /// How often [`crowded`] reads the run queue again (between, it answers
@@ -195,9 +212,11 @@ mod tests {
     }
 
     #[test]
-    fn ranks_spin_unless_they_outnumber_the_host_cpus() {
+    fn ranks_spin_unless_more_than_two_share_a_cpu() {
         assert!(may_spin(None, 1));
         assert!(may_spin(Some(2), 2), "two ranks pinned to a core each on two CPUs spin");
-        assert!(!may_spin(Some(3), 2));
+        assert!(may_spin(Some(4), 2), "two ranks per CPU spin (and yield)");
+        assert!(!may_spin(Some(5), 2));
+        assert!(!may_spin(Some(64), 2));
     }
 }

@@ -223,8 +223,9 @@ impl Endpoint {
         let cpus = crate::cpus::host();
         if cfg.spin_auto && !crate::cpus::may_spin(job.local_size, cpus) && !cfg.spin.is_zero() {
             tracing::info!(
-                "{} ranks on this host, {cpus} CPUs: waiting threads sleep at once (MULTIRAIL_SPIN_US overrides)",
-                job.local_size.unwrap_or(0)
+                "{} ranks on this host, {cpus} CPUs (more than {} per CPU): waiting threads sleep at once (MULTIRAIL_SPIN_US overrides)",
+                job.local_size.unwrap_or(0),
+                crate::cpus::SPIN_RANKS_PER_CPU
             );
             cfg.spin = Duration::ZERO;
         }
