@@ -1361,9 +1361,6 @@ mod tests {
         assert_eq!(taken(&mut out), vec![Ok(0), Ok(1), Ok(2)]);
     }
 
-    /// A message that could not be received (empty) takes its place in the
-    /// order: the head waiting for it is dropped with it, and the messages
-    /// held behind it go on.
     #[test]
     fn a_receive_buffer_comes_back_whole_once_its_frame_is_dropped() {
         let (whole, frame) = frame_view(BytesMut::from(&[7u8; 1000][..]), 40);
@@ -1383,6 +1380,9 @@ mod tests {
         assert_eq!(&back[0][..], &[7u8; 1000][..]);
     }
 
+    /// A message that could not be received (empty) takes its place in the
+    /// order: the head waiting for it is dropped with it, and the messages
+    /// held behind it go on.
     #[test]
     fn a_message_not_received_releases_those_behind_it() {
         let mut inb = Inbound::default();
