@@ -387,6 +387,12 @@ impl<S: ByteStream> StreamRail<S> {
         }
     }
 
+    /// Reads into the staging buffer: `exact` bytes in a stream with large
+    /// frames ([`MIXED_RUN`]), else as many as fit.
+    fn fill_stage_exact(&mut self, exact: usize) -> Result<bool, RailError> {
+        self.fill_stage_upto(if self.mixed > 0 { exact } else { usize::MAX })
+    }
+
     /// Moves payload bytes into the partial frame; Ok(false) = would block.
     fn fill_partial(&mut self, sink: &mut dyn FrameSink) -> Result<bool, RailError> {
         let p = self.partial.as_mut().expect("caller checked");
@@ -406,7 +412,7 @@ impl<S: ByteStream> StreamRail<S> {
         }
         if need < DIRECT_READ {
             // Among large frames: this payload and the next header only.
-            return self.fill_stage_upto(if self.mixed > 0 { need + FrameHeader::LEN } else { usize::MAX });
+            return self.fill_stage_exact(need + FrameHeader::LEN);
         }
         if self.drained {
             return Ok(false);
@@ -642,7 +648,7 @@ impl<S: ByteStream> Rail for StreamRail<S> {
                     let dest = sink.on_header(&header)?;
                     self.partial = Some(Partial { header, dest, got: 0 });
                 }
-            } else if !self.fill_stage_upto(if self.mixed > 0 { FrameHeader::LEN } else { usize::MAX })? {
+            } else if !self.fill_stage_exact(FrameHeader::LEN)? {
                 return Ok(res);
             }
             if res.bytes as isize - start > RECV_BUDGET as isize {

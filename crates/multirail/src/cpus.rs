@@ -100,7 +100,7 @@ pub const SPIN_RANKS_PER_CPU: usize = 2;
 /// `host_cpus` CPUs may spin: not when there are more than
 /// [`SPIN_RANKS_PER_CPU`] per CPU (each spinning rank would take the CPU
 /// from the ones it waits for).
-pub(crate) fn may_spin(local_ranks: Option<u32>, host_cpus: usize) -> bool {
+pub fn may_spin(local_ranks: Option<u32>, host_cpus: usize) -> bool {
     local_ranks.is_none_or(|l| l as usize <= SPIN_RANKS_PER_CPU * host_cpus)
 }
 
