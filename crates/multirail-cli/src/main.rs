@@ -1,7 +1,9 @@
 //! The `multirail` command. `main` only parses, dispatches and turns
 //! errors into exit codes; each command lives in its own module.
 
-#![forbid(unsafe_code)]
+// One `unsafe` block: setting an environment variable before any thread
+// exists (`prefer_rxm_eager`).
+#![deny(unsafe_code)]
 
 mod bench;
 mod child;
@@ -16,6 +18,8 @@ mod run;
 mod testbed;
 
 fn main() {
+    #[cfg(feature = "ofi")]
+    prefer_rxm_eager();
     // A crash is reported as one (see the function), not as exit status 1.
     #[cfg(feature = "ofi")]
     multirail_transport::ofi::default_crash_signals();
@@ -52,5 +56,18 @@ fn main() {
             }
             std::process::exit(2);
         }
+    }
+}
+
+/// Lets rxm send 64 KiB messages eagerly in this process and the ranks it
+/// starts, unless the user set its eager limit or buffer size
+/// (`multirail_transport::ofi::stream::preferred_rxm_env`, docs/rails/ofi.md).
+#[cfg(feature = "ofi")]
+#[allow(unsafe_code)]
+fn prefer_rxm_eager() {
+    if let Some((name, value)) = multirail_transport::ofi::stream::preferred_rxm_env() {
+        // SAFETY: the first statement of `main`: no other thread exists
+        // yet that could read the environment while it changes.
+        unsafe { std::env::set_var(name, value) };
     }
 }

@@ -766,3 +766,44 @@ fn ranks_pinned_to_a_cpu_each_still_spin_while_they_wait() {
     let spin = format!("spin: {}us", multirail::DEFAULT_SPIN_US);
     assert!(t.contains(&spin), "pinned ranks keep the default spin ({spin}): {t}");
 }
+
+/// The command lets rxm send 64 KiB eagerly in the ranks it starts (it
+/// sets `FI_OFI_RXM_EAGER_LIMIT`), so an `ofi:tcp` rail sends whole 64 KiB
+/// buffers; a limit the user set is left alone and bounds the sends.
+/// Every byte validated either way.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_tcp_sends_follow_rxm_eager_limit() {
+    let bw = |eager: Option<&str>| {
+        let mut c = multirail(&[
+            "bench",
+            "bw",
+            "--rails",
+            "ofi:tcp:127.0.0.1",
+            "--sizes",
+            "1M",
+            "--validate",
+            "--iterations",
+            "3",
+            "--warmup",
+            "1",
+        ]);
+        c.env("MULTIRAIL_SHM", "off")
+            .env("MULTIRAIL_LOG", "warn,multirail=debug")
+            .env_remove("FI_OFI_RXM_EAGER_LIMIT")
+            .env_remove("FI_OFI_RXM_BUFFER_SIZE")
+            .env_remove("MULTIRAIL_OFI_SEND");
+        if let Some(e) = eager {
+            c.env("FI_OFI_RXM_EAGER_LIMIT", e);
+        }
+        let o = run(&mut c);
+        assert!(o.status.success(), "bench bw over ofi:tcp");
+        let t = stdout(&o);
+        assert!(t.lines().last().is_some_and(|l| l.contains("Pass")), "{t}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = bw(None);
+    assert!(err.contains("65536 bytes per fi_send"), "{err}");
+    let err = bw(Some("16384"));
+    assert!(err.contains("16384 bytes per fi_send") && !err.contains("65536 bytes per fi_send"), "{err}");
+}

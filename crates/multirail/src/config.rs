@@ -108,9 +108,10 @@ pub struct Config {
     pub shm_ring: usize,
     /// Most bytes per `fi_send` of an `ofi:` rail, its 8-byte header
     /// included, 9 bytes to 64 KiB (MULTIRAIL_OFI_SEND); `None`: the
-    /// provider's default (`OfiStream`'s `default_send`: 16 KiB, rxm's
-    /// eager limit, through `tcp;ofi_rxm`; a whole 64 KiB buffer
-    /// elsewhere; docs/rails/ofi.md).
+    /// provider's default (`OfiStream`'s `default_send`: through
+    /// `tcp;ofi_rxm` rxm's eager limit, 16 KiB unless
+    /// `FI_OFI_RXM_EAGER_LIMIT` is larger, at most 64 KiB; a whole 64 KiB
+    /// buffer elsewhere; docs/rails/ofi.md).
     pub ofi_send: Option<usize>,
     /// Which payloads cross an `ofi:` rail by RMA read (MULTIRAIL_OFI_RMA,
     /// docs/rails/ofi.md).

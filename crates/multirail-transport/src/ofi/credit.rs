@@ -1,8 +1,9 @@
 //! Receive credits of an [`super::OfiStream`]: a sender never has more
 //! messages on their way than its peer has receives posted for it.
 //!
-//! Why: through `tcp;ofi_rxm`, a send of at most rxm's eager limit (16 KiB)
-//! completes as soon as it leaves, whether or not the peer has a receive
+//! Why: through `tcp;ofi_rxm`, a send of at most rxm's eager limit (16 KiB by
+//! default, 64 KiB in ranks the `multirail` command starts) completes as soon
+//! as it leaves, whether or not the peer has a receive
 //! posted for it. A message that finds none is buffered by the peer's rxm
 //! as "unexpected", without bound: a sender faster than its reader grew the
 //! reader's process to 7 GB. Larger sends wait for the receiver (rxm's

@@ -85,7 +85,9 @@ const POLL_EVERY: Duration = Duration::from_micros(50);
 /// ([`super::credit`]); version 1 (`MROF`) had none.
 /// Version 3 (`MRO3`): an 8-byte header (credits, lent payloads read) and
 /// a flags byte after the address (bit 0: the endpoint has RMA).
-const MAGIC: &[u8; 4] = b"MRO3";
+/// Version 4 (`MRO4`): after the flags, rxm's eager limit in this process
+/// (u32, little-endian; see [`rxm_eager_limit`] and [`check_eager`]).
+const MAGIC: &[u8; 4] = b"MRO4";
 /// Setup flag: the endpoint was opened with RMA and serves and makes reads.
 const FLAG_RMA: u8 = 1;
 /// Read buffers of a stream that reads lent payloads, each of
@@ -257,7 +259,8 @@ impl OfiStream {
     /// watched for the peer's end.
     ///
     /// `send`: most bytes per `fi_send`, header included (at most
-    /// [`CHUNK`]; `None`: [`default_send`] for the provider opened).
+    /// [`CHUNK`]; `None`: [`default_send`] for the provider opened). Through
+    /// rxm, a peer with another eager limit is refused ([`check_eager`]).
     /// `lend`: payloads of at least this many bytes are lent (RMA, see the
     /// module docs) where both endpoints have RMA; `None`: the endpoint is
     /// opened without RMA, and neither side lends.
@@ -275,16 +278,19 @@ impl OfiStream {
         let provider = ep.provider();
         let addr = ep.address().map_err(|e| e.to_string())?;
         let flags = if ep.rma() { FLAG_RMA } else { 0 };
-        side.write_all(&setup_message(&provider, &addr, flags)).map_err(|e| format!("sending our address: {e}"))?;
-        let (peer_provider, peer_addr, peer_flags) = read_setup_message(&mut side)?;
+        let eager = rxm_eager_limit();
+        side.write_all(&setup_message(&provider, &addr, flags, eager))
+            .map_err(|e| format!("sending our address: {e}"))?;
+        let (peer_provider, peer_addr, peer_flags, peer_eager) = read_setup_message(&mut side)?;
         if peer_provider != provider {
             return Err(format!(
                 "the peer opened libfabric provider '{peer_provider}' for this rail, we opened '{provider}' \
                  (do both ranks have the same providers?)"
             ));
         }
+        check_eager(&provider, eager, peer_eager)?;
         let peer = ep.insert_peer(&peer_addr).map_err(|e| format!("the peer's address was refused: {e}"))?;
-        let send = send.unwrap_or_else(|| default_send(&provider));
+        let send = send_size(&provider, send, eager);
         let rma = ep.rma() && peer_flags & FLAG_RMA != 0;
         let mut stream = OfiStream::new(ep, peer, side, Some(send)).map_err(|e| e.to_string())?;
         stream.rma = rma;
@@ -371,8 +377,9 @@ impl OfiStream {
         Ok(this)
     }
 
-    /// The provider's name and whether receives are directed (match only
-    /// the peer's address).
+    /// The provider's name, whether receives are directed (match only
+    /// the peer's address), how completions are waited for, RMA, and the
+    /// bytes per `fi_send`.
     pub fn describe(&self) -> String {
         let directed = if self.ep.directed() { "directed receives" } else { "receives from any address" };
         let wait = if self.ep.wait_fd().is_some() { "CQ wait fd" } else { "polled CQ" };
@@ -381,7 +388,12 @@ impl OfiStream {
             (true, None) => "RMA reads, lends nothing".to_string(),
             (true, Some(n)) => format!("RMA reads, lends payloads of {n} bytes and more"),
         };
-        format!("{} domain {} ({directed}, {wait}, {rma})", self.ep.provider(), self.ep.domain_name())
+        let send = self.send_max + HEADER;
+        format!(
+            "{} domain {} ({directed}, {wait}, {rma}, {send} bytes per fi_send)",
+            self.ep.provider(),
+            self.ep.domain_name()
+        )
     }
 
     fn post_receives_locked(&mut self) -> Result<(), OfiError> {
@@ -760,37 +772,105 @@ impl OfiStream {
     }
 }
 
-/// Bytes per `fi_send` (header included) unless `MULTIRAIL_OFI_SEND`
-/// says otherwise: rxm's eager limit through `tcp;ofi_rxm` (16 KiB, its
-/// default `FI_OFI_RXM_BUFFER_SIZE`), a whole buffer elsewhere.
+/// Bytes per `fi_send` (header included) by default, with rxm's eager
+/// limit `eager` in this process: through `tcp;ofi_rxm` at most that
+/// limit (16 KiB unless `FI_OFI_RXM_EAGER_LIMIT` says more), a whole
+/// buffer elsewhere.
 ///
-/// A larger send through rxm goes by its segmentation or rendezvous
-/// protocol, a round trip more per message: on the 2 x 2 Gbit testbed
-/// (2026-11-25) 16 KiB sends moved 1 MiB / 4 MiB messages 1.13 / 1.15 x
-/// faster than 64 KiB ones. Eager sends are safe only with the credits
+/// A send larger than the eager limit goes by rxm's segmentation or
+/// rendezvous protocol, a round trip more per message: on the 2 x 2 Gbit
+/// testbed (2026-11-25) 16 KiB sends moved 1 MiB / 4 MiB messages 1.13 /
+/// 1.15 x faster than 64 KiB ones by rendezvous, and 64 KiB ones sent
+/// eagerly (`FI_OFI_RXM_EAGER_LIMIT=65536`) 1.1-1.3 x faster again
+/// (2026-11-29). Eager sends are safe only with the credits
 /// ([`super::credit`]): rxm buffers an eager message that finds no
 /// receive posted, without bound.
-pub fn default_send(provider: &str) -> usize {
-    if provider == "tcp;ofi_rxm" { RXM_EAGER } else { CHUNK }
+pub fn default_send(provider: &str, eager: usize) -> usize {
+    if provider == "tcp;ofi_rxm" { eager.min(CHUNK) } else { CHUNK }
 }
 
-/// `tcp;ofi_rxm`'s eager limit with its default buffer size.
-const RXM_EAGER: usize = 16 << 10;
+/// Bytes per `fi_send` on a rail of `provider`: `requested`
+/// (`MULTIRAIL_OFI_SEND`) or the default for rxm's eager limit `eager`;
+/// at least the header and a byte, at most [`CHUNK`].
+pub fn send_size(provider: &str, requested: Option<usize>, eager: usize) -> usize {
+    requested.unwrap_or_else(|| default_send(provider, eager)).clamp(HEADER + 1, CHUNK)
+}
 
-fn setup_message(provider: &str, addr: &[u8], flags: u8) -> Vec<u8> {
-    let mut m = Vec::with_capacity(4 + 1 + provider.len() + 2 + addr.len() + 1);
+/// Refuses a peer whose rxm has another eager limit: across such a pair
+/// rxm delivers nothing at all, whatever the message sizes (measured with
+/// libfabric 1.17 over `tcp`: 65536 against 16384, 32768 against 65536,
+/// with 16 KiB sends too; both sides waited until their peer timeout).
+pub fn check_eager(provider: &str, eager: usize, peer_eager: usize) -> Result<(), String> {
+    if !provider.ends_with(";ofi_rxm") || eager == peer_eager {
+        return Ok(());
+    }
+    Err(format!(
+        "rxm's eager limit is {eager} bytes here and {peer_eager} at the peer, and rxm moves nothing between \
+         different limits: give every rank the same FI_OFI_RXM_EAGER_LIMIT (or FI_OFI_RXM_BUFFER_SIZE, \
+         which it follows); the multirail command sets FI_OFI_RXM_EAGER_LIMIT={RXM_EAGER_PREFERRED} for \
+         itself and its ranks when neither is set, a program linking the library does not"
+    ))
+}
+
+/// rxm's default eager limit (`FI_OFI_RXM_BUFFER_SIZE`'s default).
+pub const RXM_EAGER_DEFAULT: usize = 16 << 10;
+
+/// The eager limit multirail asks rxm for (`FI_OFI_RXM_EAGER_LIMIT`, set
+/// by the `multirail` command for itself and the ranks it starts when
+/// neither that variable nor `FI_OFI_RXM_BUFFER_SIZE` is set): 64 KiB
+/// messages eagerly, a whole buffer per `fi_send`. Through `tcp`, rxm
+/// takes an eager message larger than its bounce buffers straight into
+/// the posted receive, so its memory stays that of 16 KiB buffers (peak
+/// RSS of a 2-rail loopback `bench bw` 456 MB against 469 MB with the
+/// default, 948 MB with `FI_OFI_RXM_BUFFER_SIZE=65536`; 2026-11-29).
+pub const RXM_EAGER_PREFERRED: usize = 64 << 10;
+
+/// rxm's eager limit in this process as libfabric reads it at its first
+/// use: `FI_OFI_RXM_EAGER_LIMIT`, else `FI_OFI_RXM_BUFFER_SIZE` (which it
+/// follows), else 16 KiB.
+pub fn rxm_eager_limit() -> usize {
+    let var = |k: &str| std::env::var(k).ok();
+    eager_limit_of(var("FI_OFI_RXM_EAGER_LIMIT").as_deref(), var("FI_OFI_RXM_BUFFER_SIZE").as_deref())
+}
+
+fn eager_limit_of(eager: Option<&str>, buffer: Option<&str>) -> usize {
+    // Leading decimal digits, as C's strtoul reads them; a value without
+    // any is ignored.
+    let num = |v: &str| {
+        let t = v.trim_start();
+        let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        t[..end].parse::<usize>().ok()
+    };
+    eager.and_then(num).or_else(|| buffer.and_then(num)).unwrap_or(RXM_EAGER_DEFAULT)
+}
+
+/// The variable and value the `multirail` command sets at its start (one
+/// thread only, before any libfabric call) so that its ranks send 64 KiB
+/// eagerly through `tcp;ofi_rxm` ([`RXM_EAGER_PREFERRED`]); `None` when
+/// the user set rxm's eager limit or buffer size.
+pub fn preferred_rxm_env() -> Option<(&'static str, String)> {
+    let set = |k: &str| std::env::var_os(k).is_some();
+    if set("FI_OFI_RXM_EAGER_LIMIT") || set("FI_OFI_RXM_BUFFER_SIZE") {
+        return None;
+    }
+    Some(("FI_OFI_RXM_EAGER_LIMIT", RXM_EAGER_PREFERRED.to_string()))
+}
+
+fn setup_message(provider: &str, addr: &[u8], flags: u8, eager: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(4 + 1 + provider.len() + 2 + addr.len() + 1 + 4);
     m.extend_from_slice(MAGIC);
     m.push(provider.len().min(255) as u8);
     m.extend_from_slice(&provider.as_bytes()[..provider.len().min(255)]);
     m.extend_from_slice(&(addr.len() as u16).to_le_bytes());
     m.extend_from_slice(addr);
     m.push(flags);
+    m.extend_from_slice(&(eager.min(u32::MAX as usize) as u32).to_le_bytes());
     m
 }
 
-/// Reads the peer's provider name, address and flags, every length
-/// bounded.
-fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>, u8), String> {
+/// Reads the peer's provider name, address, flags and rxm eager limit,
+/// every length bounded.
+fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>, u8, usize), String> {
     let err = |e: io::Error| format!("reading the peer's libfabric address: {e}");
     let mut head = [0u8; 5];
     side.read_exact(&mut head).map_err(err)?;
@@ -814,7 +894,9 @@ fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>, u8), Str
     side.read_exact(&mut addr).map_err(err)?;
     let mut flags = [0u8; 1];
     side.read_exact(&mut flags).map_err(err)?;
-    Ok((String::from_utf8_lossy(&name).into_owned(), addr, flags[0]))
+    let mut eager = [0u8; 4];
+    side.read_exact(&mut eager).map_err(err)?;
+    Ok((String::from_utf8_lossy(&name).into_owned(), addr, flags[0], u32::from_le_bytes(eager) as usize))
 }
 
 /// What libfabric may still touch by pointer: the endpoint (first field,
@@ -1328,7 +1410,7 @@ mod tests {
     /// carry nothing else (the reader sends no data).
     #[test]
     fn a_writer_is_held_to_the_receives_its_peer_posted() {
-        let send = RXM_EAGER;
+        let send = RXM_EAGER_DEFAULT;
         let Some((mut a, mut b)) = pair_sending(&tcp_loopback(), Some(send)) else { return };
         let per_send = send - HEADER;
         let total = 8 << 20;
@@ -1395,9 +1477,38 @@ mod tests {
 
     #[test]
     fn rxm_sends_stay_eager_unless_asked() {
-        assert_eq!(default_send("tcp;ofi_rxm"), 16 << 10);
-        assert_eq!(default_send("verbs;ofi_rxm"), CHUNK);
-        assert_eq!(default_send("shm"), CHUNK);
+        let rxm = "tcp;ofi_rxm";
+        assert_eq!(default_send(rxm, RXM_EAGER_DEFAULT), 16 << 10);
+        assert_eq!(default_send(rxm, RXM_EAGER_PREFERRED), CHUNK);
+        assert_eq!(default_send(rxm, 1 << 20), CHUNK, "at most a buffer");
+        assert_eq!(default_send("verbs;ofi_rxm", RXM_EAGER_DEFAULT), CHUNK);
+        assert_eq!(default_send("shm", RXM_EAGER_DEFAULT), CHUNK);
+        assert_eq!(send_size(rxm, None, 64 << 10), 64 << 10);
+        assert_eq!(send_size(rxm, Some(32 << 10), 64 << 10), 32 << 10, "asked for");
+        assert_eq!(send_size(rxm, None, 4), HEADER + 1, "at least the header and a byte");
+        assert_eq!(send_size("shm", None, 4), CHUNK, "other providers ignore rxm");
+        assert_eq!(send_size("shm", Some(1 << 20), 4), CHUNK, "at most a buffer");
+    }
+
+    #[test]
+    fn peers_with_different_rxm_eager_limits_are_refused() {
+        let rxm = "tcp;ofi_rxm";
+        assert!(check_eager(rxm, 65536, 65536).is_ok());
+        let e = check_eager(rxm, 65536, 16384).unwrap_err();
+        assert!(e.contains("65536 bytes here and 16384 at the peer") && e.contains("FI_OFI_RXM_EAGER_LIMIT"), "{e}");
+        assert!(check_eager("verbs;ofi_rxm", 16384, 32768).is_err());
+        assert!(check_eager("shm", 65536, 16384).is_ok(), "no rxm, no limit");
+    }
+
+    #[test]
+    fn rxm_eager_limit_is_read_as_libfabric_reads_it() {
+        assert_eq!(eager_limit_of(None, None), RXM_EAGER_DEFAULT);
+        assert_eq!(eager_limit_of(Some("65536"), None), 65536);
+        assert_eq!(eager_limit_of(None, Some("32768")), 32768, "follows the buffer size");
+        assert_eq!(eager_limit_of(Some("8192"), Some("32768")), 8192);
+        assert_eq!(eager_limit_of(Some(" 4096junk"), None), 4096);
+        assert_eq!(eager_limit_of(Some("64K"), None), 64, "strtoul stops at the K");
+        assert_eq!(eager_limit_of(Some("lots"), Some("2048")), 2048);
     }
 
     #[test]
@@ -1546,23 +1657,31 @@ mod tests {
             .err()
             .expect("refused");
         assert!(e.contains("not an ofi rail"), "{e}");
-        // An earlier version of the stream (MRO2: 4-byte header, no
-        // flags): its messages would be misread.
+        // An earlier version of the stream (MRO3: no eager limit in the
+        // setup message): its messages would be misread.
         let (mut a, b) = pair_streams();
-        let mut old = setup_message("tcp;ofi_rxm", &[1], 0);
-        old[..4].copy_from_slice(b"MRO2");
+        let mut old = setup_message("tcp;ofi_rxm", &[1], 0, RXM_EAGER_DEFAULT);
+        old[..4].copy_from_slice(b"MRO3");
         a.write_all(&old).unwrap();
         let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
             .err()
             .expect("refused");
         assert!(e.contains("another version of the ofi rail"), "{e}");
         let (mut a, b) = pair_streams();
-        let mut m = setup_message("tcp;ofi_rxm", &[1], 0);
+        let mut m = setup_message("tcp;ofi_rxm", &[1], 0, RXM_EAGER_DEFAULT);
         m[4 + 1 + 11..4 + 1 + 11 + 2].copy_from_slice(&60_000u16.to_le_bytes());
         a.write_all(&m).unwrap();
         let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
             .err()
             .expect("refused");
         assert!(e.contains("address of 60000 bytes"), "{e}");
+        // A peer whose rxm has another eager limit than ours: refused
+        // before its address is used (the real peer would hang).
+        let (mut a, b) = pair_streams();
+        a.write_all(&setup_message("tcp;ofi_rxm", &[1], 0, rxm_eager_limit() + 1)).unwrap();
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
+            .err()
+            .expect("refused");
+        assert!(e.contains("rxm's eager limit") && e.contains("at the peer"), "{e}");
     }
 }
