@@ -318,6 +318,13 @@ impl OfiEndpoint {
         self.directed
     }
 
+    /// Most bytes one `fi_inject` takes (`tx_attr->inject_size`; 0 if the
+    /// provider has no inject).
+    pub fn inject_size(&self) -> usize {
+        // SAFETY: tx_attr is allocated in an fi_getinfo entry.
+        unsafe { (*(*self.info.0).tx_attr).inject_size }
+    }
+
     /// The fd the CQ signals on, if the provider gave one.
     pub fn wait_fd(&self) -> Option<RawFd> {
         self.wait_fd

@@ -208,6 +208,9 @@ pub struct OfiStream {
     send_done: [bool; SLOTS],
     /// Most stream bytes per `fi_send` (the header comes on top).
     send_max: usize,
+    /// Messages of at most this many bytes (header included) go by
+    /// `fi_inject`: done when the call returns, no completion.
+    inject_max: usize,
     /// Receive credits: what we may post, what we owe (see `credit`).
     credits: Credits,
     /// Receives of the initial batch not posted yet (the peer was given a
@@ -226,6 +229,9 @@ pub struct OfiStream {
     /// A completion error, reported by the next read or write.
     failed: Option<String>,
     shut: bool,
+    /// `fi_cq_read` calls, and messages sent by `fi_inject` (diagnostics).
+    cq_reads: u64,
+    injected: u64,
     /// Both endpoints have RMA: the peer may lend, and we read.
     rma: bool,
     /// Payloads of at least this many bytes are lent (with `rma`).
@@ -312,6 +318,7 @@ impl OfiStream {
         // dropped (and its registrations closed) before they are freed.
         let mut ep = ep;
         let send_max = send.map_or(CHUNK, |n| n.clamp(HEADER + 1, CHUNK)) - HEADER;
+        let inject_max = ep.inject_size();
         // SAFETY: both regions are heap allocations that never move and
         // are freed only after `ep` (declared first) has been dropped.
         let (recv_desc, send_desc) = unsafe {
@@ -351,6 +358,7 @@ impl OfiStream {
             send_len: [0; SLOTS],
             send_done: [false; SLOTS],
             send_max,
+            inject_max,
             credits: Credits::new(SLOTS as u32),
             initial_unposted: SLOTS,
             completed: 0,
@@ -362,6 +370,8 @@ impl OfiStream {
             engine_arms: false,
             failed: None,
             shut: false,
+            cq_reads: 0,
+            injected: 0,
             rma: false,
             lend_min: None,
             lent_mrs: VecDeque::new(),
@@ -456,26 +466,36 @@ impl OfiStream {
             // SAFETY: slot i is filled and not posted: nothing else reads
             // or writes it; HEADER <= CHUNK.
             unsafe { ptr::copy_nonoverlapping(header.as_ptr(), self.send_buf.slot(i), HEADER) };
+            let inject = self.send_len[i] <= self.inject_max;
             // SAFETY: slot i holds send_len[i] bytes and is not touched
-            // until its completion; context owned by self; peer is in the AV.
+            // until its completion (an inject copies them before it
+            // returns); context owned by self; peer is in the AV.
             let ret = unsafe {
-                sys::mr_ofi_send(
-                    self.ep.ep(),
-                    self.send_buf.slot(i).cast(),
-                    self.send_len[i],
-                    self.send_desc,
-                    self.peer,
-                    ctx.cast(),
-                )
+                if inject {
+                    sys::mr_ofi_inject(self.ep.ep(), self.send_buf.slot(i).cast(), self.send_len[i], self.peer)
+                } else {
+                    sys::mr_ofi_send(
+                        self.ep.ep(),
+                        self.send_buf.slot(i).cast(),
+                        self.send_len[i],
+                        self.send_desc,
+                        self.peer,
+                        ctx.cast(),
+                    )
+                }
             };
             if ret == EAGAIN {
                 return Ok(());
             }
-            check("fi_send", ret as i64)?;
+            check(if inject { "fi_inject" } else { "fi_send" }, ret as i64)?;
             self.credits.posted();
             self.reads_told = self.reads_done;
             self.send_done[i] = false;
             self.posted += 1;
+            if inject {
+                self.injected += 1;
+                self.send_complete(i);
+            }
         }
     }
 
@@ -524,6 +544,7 @@ impl OfiStream {
             // SAFETY: entries has room for CQ_BATCH entries of the CQ's
             // format (FI_CQ_FORMAT_MSG).
             let ret = unsafe { sys::mr_ofi_cq_read(self.ep.cq(), entries.as_mut_ptr().cast(), CQ_BATCH) };
+            self.cq_reads += 1;
             if ret == EAGAIN {
                 return Ok(any);
             }
@@ -566,14 +587,20 @@ impl OfiStream {
             };
             r.state[i] = ReadState::Done(n);
         } else if let Some(i) = at(&self.send_ctx) {
-            self.send_done[i] = true;
-            while self.completed < self.posted && self.send_done[(self.completed % SLOTS as u64) as usize] {
-                self.completed += 1;
-            }
+            self.send_complete(i);
         } else {
             return Err("a completion for an operation this rail did not post".into());
         }
         Ok(())
+    }
+
+    /// Send slot `i`'s message is out of our hands: free it, and every
+    /// slot before it that is.
+    fn send_complete(&mut self, i: usize) {
+        self.send_done[i] = true;
+        while self.completed < self.posted && self.send_done[(self.completed % SLOTS as u64) as usize] {
+            self.completed += 1;
+        }
     }
 
     /// The peer's header says it has read `count` (running, wrapping) of
@@ -732,7 +759,12 @@ impl OfiStream {
     /// Reads the CQ and copies completed receives, in posting order, into
     /// `buf`; posts the read-out slots again.
     fn deliver(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.progress().map_err(io::Error::other)?;
+        // The CQ is read only when no received message waits: a frame read
+        // in pieces (header, then payload) costs one CQ read, not one per
+        // piece (each a system call or two through tcp;ofi_rxm).
+        if !self.has_recv_ready() {
+            self.progress().map_err(io::Error::other)?;
+        }
         let mut n = 0;
         while n < buf.len() {
             let RecvState::Done(len) = self.recv[self.recv_head] else { break };
@@ -754,8 +786,13 @@ impl OfiStream {
         }
         if !self.repost.is_empty() {
             self.post_receives().map_err(io::Error::from)?;
-            // Return the credits now if they are due and nothing else goes.
-            self.post_sends().map_err(io::Error::from)?;
+            // Credits due and nothing else to carry them: an engine that
+            // arms us returns them from its next round or `arm` (after
+            // the reply that this message may bring, which carries them);
+            // one that does not may sleep next, so they go now.
+            if !self.engine_arms {
+                self.post_sends().map_err(io::Error::from)?;
+            }
         }
         Ok(n)
     }
@@ -1007,7 +1044,16 @@ impl ByteStream for OfiStream {
         if self.shut {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
-        self.progress().map_err(io::Error::other)?;
+        // Completions are reaped before the send only when they are
+        // needed (a free slot, a credit): otherwise the CQ read (a system
+        // call or two through tcp;ofi_rxm) would come between a received
+        // message and the reply to it. The engine reads the CQ anyway.
+        if let Some(e) = &self.failed {
+            return Err(io::Error::other(e.clone()));
+        }
+        if self.filled - self.completed >= SLOTS as u64 || !self.credits.may_post() {
+            self.progress().map_err(io::Error::other)?;
+        }
         let mut total = 0;
         let mut parts = bufs.iter().map(|b| &b[..]).filter(|b| !b.is_empty()).peekable();
         let mut part_pos = 0;
@@ -1394,6 +1440,105 @@ mod tests {
         assert_eq!(sink.frames.len(), 1, "only the honest payload is delivered");
         assert!(sink.frames[0].1.iter().all(|&x| x == 7));
         assert!(matches!(err, RailError::Io(_)), "{err}");
+    }
+
+    /// Writes `bytes` whole into `s` (retrying while it would block).
+    fn write_all(s: &mut OfiStream, bytes: &[u8]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut at = 0;
+        while at < bytes.len() {
+            assert!(Instant::now() < deadline, "could not write");
+            match s.write_vectored(&[IoSlice::new(&bytes[at..])]) {
+                Ok(n) => at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+    }
+
+    /// Reads exactly `buf.len()` bytes from `s` (at most 20 s).
+    fn read_exact(s: &mut OfiStream, buf: &mut [u8]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut at = 0;
+        while at < buf.len() {
+            assert!(Instant::now() < deadline, "read {at} of {} bytes", buf.len());
+            match s.read(&mut buf[at..]) {
+                Ok(0) => panic!("end of stream"),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// A message that fits the provider's inject size goes by `fi_inject`:
+    /// its slot is free when the write returns, with no completion to
+    /// wait for; a larger one by `fi_send`, freed at its completion. Both
+    /// arrive intact. A write with a free slot and a credit reads no CQ
+    /// (the reply to a message is not held up by it), and a message read
+    /// in pieces costs one CQ read, not one per piece.
+    fn small_sends_are_injected(sel: Selector) {
+        let Some((mut a, mut b)) = pair(&sel) else { return };
+        eprintln!("{} (inject size {})", a.describe(), a.inject_max);
+        // A first message sets up rxm's connection (its send may be
+        // refused with EAGAIN meanwhile, and posted by a later CQ read).
+        write_all(&mut a, b"hello");
+        let mut hello = [0u8; 5];
+        while a.posted < a.filled {
+            let _ = a.read(&mut []);
+            let _ = b.read(&mut []);
+        }
+        read_exact(&mut b, &mut hello);
+        let injected = a.injected;
+        let small: Vec<u8> = (0..56u8).collect();
+        let reads = a.cq_reads;
+        write_all(&mut a, &small);
+        assert_eq!(a.cq_reads, reads, "a write with a free slot and a credit reads no CQ");
+        if a.inject_max >= HEADER + small.len() {
+            assert_eq!(a.injected, injected + 1);
+            assert_eq!(a.completed, a.posted, "an injected message frees its slot at once");
+        } else {
+            assert_eq!(a.injected, 0, "the provider injects at most {} bytes", a.inject_max);
+        }
+        let large = multirail_proto::sim::pattern(3, CHUNK - HEADER).to_vec();
+        write_all(&mut a, &large);
+        assert!(a.completed < a.posted, "a large message is sent, and waits for its completion");
+        let mut got = vec![0u8; small.len()];
+        // The first piece: the CQ is read until the message is there.
+        read_exact(&mut b, &mut got[..48]);
+        let reads = b.cq_reads;
+        read_exact(&mut b, &mut got[48..]);
+        assert_eq!(b.cq_reads, reads, "the rest of a received message is read without the CQ");
+        assert_eq!(got, small);
+        let mut got = vec![0u8; large.len()];
+        read_exact(&mut b, &mut got);
+        assert!(got == large, "the large message arrived intact");
+    }
+
+    #[test]
+    fn tcp_small_sends_are_injected() {
+        small_sends_are_injected(tcp_loopback());
+    }
+
+    #[test]
+    fn shm_small_sends_are_injected() {
+        let _one_at_a_time = shm_names_lock();
+        small_sends_are_injected(shm());
+    }
+
+    /// With an engine that arms the rails before it sleeps, credits due
+    /// after a read are returned by the next CQ read or `arm`, not by the
+    /// read itself: frames of every size still cross both ways (the
+    /// credits flow, nothing stalls).
+    #[test]
+    fn tcp_frames_cross_in_order_when_the_engine_arms() {
+        let Some((a, b)) = pair(&tcp_loopback()) else { return };
+        let (mut a, mut b) = (rail(a), rail(b));
+        a.engine_arms();
+        b.engine_arms();
+        let sizes = [0usize, 1, 8, 48, CHUNK - 48, CHUNK, CHUNK + 1, 3 << 20, 5, 100_000];
+        send_patterns(&mut a, &mut b, &sizes);
+        cross_and_check(&mut a, &mut b, &sizes);
     }
 
     #[test]
