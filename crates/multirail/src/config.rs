@@ -116,6 +116,12 @@ pub struct Config {
     /// Which payloads cross an `ofi:` rail by RMA read (MULTIRAIL_OFI_RMA,
     /// docs/rails/ofi.md).
     pub ofi_rma: OfiRma,
+    /// How a rank waits on an `ofi:` rail (MULTIRAIL_OFI_WAIT): `auto`
+    /// (true): through `tcp` with nothing lent, by notices and rings on the
+    /// side channel, the CQ without a wait fd; elsewhere, and with `fd`
+    /// (false), on the CQ's wait fd where the provider has one
+    /// (docs/rails/ofi.md).
+    pub ofi_doorbell: bool,
     /// Payloads of at least this many bytes cross a `shm` rail by single
     /// copy (`process_vm_readv`) where the kernel allows it; `None`: never
     /// (MULTIRAIL_SHM_CMA: `off`, the default; `on` = 64K; or a size).
@@ -144,6 +150,7 @@ impl Default for Config {
             shm_ring: 4 << 20,
             ofi_send: None,
             ofi_rma: OfiRma::Auto,
+            ofi_doorbell: true,
             // Off: measured slower than the ring on an idle machine
             // (docs/rails/shm.md, "Single copy").
             shm_cma: None,
@@ -187,6 +194,17 @@ pub enum OfiRma {
     Off,
     /// Payloads of at least this many bytes, on every provider with RMA.
     From(usize),
+}
+
+/// Whether an `ofi:` rail through `provider` (as written in the rail spec)
+/// that lends `lend` sleeps by the side channel's doorbell
+/// ([`Config::ofi_doorbell`]): through `tcp` with nothing lent, where a CQ
+/// wait fd costs every completion a signal through nested epoll sets
+/// (8 B latency 0.89 x, message rate 1.2 x without, docs/benchmarks.md
+/// 2026-11-29). A rank that lends must wake when the peer reads from it,
+/// which a doorbell rung by the peer's sends would not tell.
+pub fn ofi_doorbell(enabled: bool, provider: &str, lend: Option<usize>) -> bool {
+    enabled && lend.is_none() && provider.starts_with("tcp")
 }
 
 impl OfiRma {
@@ -418,6 +436,13 @@ impl Config {
         if let Some(v) = env("MULTIRAIL_OFI_RMA") {
             self.ofi_rma = OfiRma::parse(&v).map_err(|e| bad("MULTIRAIL_OFI_RMA", &v, e))?;
         }
+        if let Some(v) = env("MULTIRAIL_OFI_WAIT") {
+            self.ofi_doorbell = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => true,
+                "fd" => false,
+                _ => return Err(bad("MULTIRAIL_OFI_WAIT", &v, "expected auto or fd")),
+            };
+        }
         if let Some(v) = env("MULTIRAIL_SHM_CMA") {
             self.shm_cma = parse_cma(&v).map_err(|e| bad("MULTIRAIL_SHM_CMA", &v, e))?;
         }
@@ -581,6 +606,16 @@ mod tests {
         assert_eq!(OfiRma::Auto.lend_min("verbs"), Some(OFI_RMA_MIN));
         assert_eq!(OfiRma::From(4096).lend_min("tcp"), Some(4096));
         assert_eq!(OfiRma::Off.lend_min("shm"), None);
+    }
+
+    #[test]
+    fn ofi_rails_sleep_by_the_doorbell_through_tcp_when_nothing_is_lent() {
+        assert!(ofi_doorbell(true, "tcp", None));
+        assert!(!ofi_doorbell(true, "tcp", Some(OFI_RMA_MIN)), "a lender must wake for the peer's reads");
+        assert!(!ofi_doorbell(true, "shm", None), "shm keeps its polling");
+        assert!(!ofi_doorbell(true, "verbs", None));
+        assert!(!ofi_doorbell(false, "tcp", None), "MULTIRAIL_OFI_WAIT=fd");
+        assert!(Config::default().ofi_doorbell);
     }
 
     #[test]

@@ -32,7 +32,8 @@ pub(crate) fn open(
     use multirail_transport::tcp::StreamRail;
 
     let lend = cfg.ofi_rma.lend_min(&target.provider);
-    let stream = OfiStream::over_side_channel(target, ctl, cfg.handshake_timeout, cfg.ofi_send, lend)?;
+    let doorbell = crate::config::ofi_doorbell(cfg.ofi_doorbell, &target.provider, lend);
+    let stream = OfiStream::over_side_channel(target, ctl, cfg.handshake_timeout, cfg.ofi_send, lend, doorbell)?;
     tracing::debug!("{}: {}", caps.name, stream.describe());
     let rail = StreamRail::over(stream, caps, cfg.proto.limits);
     Ok(match fault {

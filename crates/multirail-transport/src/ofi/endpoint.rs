@@ -186,8 +186,8 @@ unsafe impl Send for OfiEndpoint {}
 impl OfiEndpoint {
     /// Opens and enables an endpoint for `sel`, with RMA if `rma` and the
     /// provider has it. The CQ gets an fd to wait on where the provider
-    /// offers one (`FI_WAIT_FD`), else none.
-    pub fn open(sel: &Selector, rma: bool) -> Result<OfiEndpoint, String> {
+    /// offers one (`FI_WAIT_FD`) and `wait_fd` asks for it, else none.
+    pub fn open(sel: &Selector, rma: bool, wait_fd: bool) -> Result<OfiEndpoint, String> {
         let libfabric = super::lock();
         let (info, directed, rma) = select(sel, rma)?;
         let mut this = OfiEndpoint {
@@ -203,7 +203,7 @@ impl OfiEndpoint {
             rma,
             shm_file: None,
         };
-        let opened = this.open_objects();
+        let opened = this.open_objects(wait_fd);
         // On failure `this` is dropped on return, and its Drop closes what
         // was opened under the lock: release it first (it is not reentrant;
         // holding it there hung the process for good).
@@ -212,7 +212,7 @@ impl OfiEndpoint {
         Ok(this)
     }
 
-    fn open_objects(&mut self) -> Result<(), OfiError> {
+    fn open_objects(&mut self, wait_fd: bool) -> Result<(), OfiError> {
         let info = self.info.0;
         // SAFETY: info is the first entry of a list from fi_getinfo; every
         // out-pointer is a field of self, closed in Drop (nulls skipped);
@@ -220,7 +220,7 @@ impl OfiEndpoint {
         unsafe {
             check("fi_fabric", sys::fi_fabric((*info).fabric_attr, &mut self.fabric, ptr::null_mut()))?;
             check("fi_domain", sys::mr_ofi_domain(self.fabric, info, &mut self.domain, ptr::null_mut()))?;
-            self.open_cq()?;
+            self.open_cq(wait_fd)?;
             let mut av_attr: sys::fi_av_attr = std::mem::zeroed();
             av_attr.type_ = sys::FI_AV_TABLE;
             av_attr.count = 1;
@@ -262,9 +262,12 @@ impl OfiEndpoint {
         }
     }
 
-    /// A CQ with a wait fd if the provider has one, else without.
-    fn open_cq(&mut self) -> Result<(), OfiError> {
+    /// A CQ with a wait fd if asked and the provider has one, else without.
+    fn open_cq(&mut self, wait_fd: bool) -> Result<(), OfiError> {
         for wait in [sys::FI_WAIT_FD, sys::FI_WAIT_NONE] {
+            if wait == sys::FI_WAIT_FD && !wait_fd {
+                continue;
+            }
             // SAFETY: zeroed attributes are the defaults; cq is ours.
             let ret = unsafe {
                 let mut attr: sys::fi_cq_attr = std::mem::zeroed();

@@ -49,6 +49,34 @@
 //! sleep until its next timer, and its `deadline` brings an engine that
 //! does not spin (the threaded one) back every [`POLL_EVERY`] (rounded up
 //! to the event loop's millisecond).
+//!
+//! # Sleeping by the doorbell
+//!
+//! Through `tcp;ofi_rxm` a CQ wait fd costs every completion a signal (a
+//! write and a read of a socket pair), and puts the provider's socket in
+//! four nested epoll sets (tcp's CQ, rxm's CQ, this stream's, the
+//! engine's), which every arriving segment walks inside the sender's
+//! system call. A stream opened with `doorbell` has a CQ without a wait
+//! fd, and sleeps on the side channel alone:
+//! * before a sleep (`arm`, nothing to do), it sends the peer a notice
+//!   ([`NOTICE`]: the number of the peer's messages it has received), then
+//!   reads the CQ once more;
+//! * a side reading a notice that counts fewer messages than it posted
+//!   rings at once ([`RING`], one byte); one that counts all of them rings
+//!   at its next post. So a message the sleeper did not count is always
+//!   rung for, whichever of notice and message crossed first; the ring
+//!   makes the sleeper's fd readable, and ends its notice;
+//! * it does not sleep while the provider holds sends of ours (posted, not
+//!   completed: it polls, as for a provider without a wait fd), nor while
+//!   an injected message (no completion) may still wait in the provider:
+//!   then it sends a message of the header alone by `fi_send`, whose
+//!   completion says that all before it is written;
+//! * a side whose peer sends notices looks at the side channel at the
+//!   first empty read after each post and every [`SIDE_EVERY_NOTICES`]
+//!   empty reads, so a notice waits little for its ring.
+//!
+//! A rank that lends payloads (RMA) must wake when its peer reads them,
+//! which nothing rings for: lending streams keep the wait fd.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -87,7 +115,21 @@ const POLL_EVERY: Duration = Duration::from_micros(50);
 /// a flags byte after the address (bit 0: the endpoint has RMA).
 /// Version 4 (`MRO4`): after the flags, rxm's eager limit in this process
 /// (u32, little-endian; see [`rxm_eager_limit`] and [`check_eager`]).
-const MAGIC: &[u8; 4] = b"MRO4";
+/// Version 5 (`MRO5`): after `READY` the side channel carries sleep
+/// notices ([`NOTICE`]) and rings ([`RING`]) (see "Sleeping" in the
+/// module docs); version 4 sent nothing there.
+const MAGIC: &[u8; 4] = b"MRO5";
+/// Side channel: "I sleep, having received this many of your messages"
+/// (the byte, then a u64, little-endian).
+const NOTICE: u8 = b'S';
+const NOTICE_LEN: usize = 9;
+/// Side channel: "wake up" (the answer to a notice, once the messages it
+/// did not count are posted).
+const RING: u8 = b'W';
+/// With a peer that sleeps by notices: empty reads between two looks at
+/// the side channel (a notice that came after the look that followed our
+/// last post waits at most this long for its ring).
+const SIDE_EVERY_NOTICES: u32 = 32;
 /// Setup flag: the endpoint was opened with RMA and serves and makes reads.
 const FLAG_RMA: u8 = 1;
 /// Read buffers of a stream that reads lent payloads, each of
@@ -232,6 +274,35 @@ pub struct OfiStream {
     /// `fi_cq_read` calls, and messages sent by `fi_inject` (diagnostics).
     cq_reads: u64,
     injected: u64,
+    /// No CQ wait fd: this side sleeps by notices and rings on the side
+    /// channel ("Sleeping" in the module docs).
+    doorbell: bool,
+    /// Receive completions so far (messages of the header alone too).
+    recvd: u64,
+    /// We sent a notice and were not rung since.
+    notice_out: bool,
+    /// The peer's last notice counted all we had posted: ring at our next
+    /// post.
+    peer_asleep: bool,
+    /// The peer has sent notices: look at the side channel often.
+    peer_notices: bool,
+    /// A ring that could not be written yet, and rings written.
+    ring_pending: bool,
+    rings: u64,
+    /// A notice read in part.
+    side_buf: [u8; NOTICE_LEN],
+    side_len: usize,
+    /// Look at the side channel at the next empty read (we posted since).
+    side_after_post: bool,
+    /// For each send slot, the posted count right after its message; the
+    /// posted count after the last injected message; the largest of a
+    /// sent (not injected) message whose completion came. An injected
+    /// message is surely written once a message sent after it completed.
+    send_index: [u64; SLOTS],
+    inject_last: u64,
+    send_confirmed: u64,
+    /// The next message goes by `fi_send` even if it could be injected.
+    no_inject: bool,
     /// Both endpoints have RMA: the peer may lend, and we read.
     rma: bool,
     /// Payloads of at least this many bytes are lent (with `rma`).
@@ -270,17 +341,20 @@ impl OfiStream {
     /// `lend`: payloads of at least this many bytes are lent (RMA, see the
     /// module docs) where both endpoints have RMA; `None`: the endpoint is
     /// opened without RMA, and neither side lends.
+    /// `doorbell`: the CQ gets no wait fd, and this side sleeps by notices
+    /// and rings on the side channel ("Sleeping" in the module docs).
     pub fn over_side_channel(
         sel: &Selector,
         mut side: TcpStream,
         timeout: Duration,
         send: Option<usize>,
         lend: Option<usize>,
+        doorbell: bool,
     ) -> Result<OfiStream, String> {
         side.set_nonblocking(false).map_err(|e| e.to_string())?;
         side.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
         side.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-        let mut ep = OfiEndpoint::open(sel, lend.is_some())?;
+        let mut ep = OfiEndpoint::open(sel, lend.is_some(), !doorbell)?;
         let provider = ep.provider();
         let addr = ep.address().map_err(|e| e.to_string())?;
         let flags = if ep.rma() { FLAG_RMA } else { 0 };
@@ -301,6 +375,7 @@ impl OfiStream {
         let mut stream = OfiStream::new(ep, peer, side, Some(send)).map_err(|e| e.to_string())?;
         stream.rma = rma;
         stream.lend_min = lend.filter(|_| rma);
+        stream.doorbell = doorbell;
         stream.side.write_all(&[READY]).map_err(|e| format!("side channel: {e}"))?;
         let mut ready = [0u8; 1];
         stream.side.read_exact(&mut ready).map_err(|e| format!("waiting for the peer's receives: {e}"))?;
@@ -372,6 +447,20 @@ impl OfiStream {
             shut: false,
             cq_reads: 0,
             injected: 0,
+            doorbell: false,
+            recvd: 0,
+            notice_out: false,
+            peer_asleep: false,
+            peer_notices: false,
+            ring_pending: false,
+            rings: 0,
+            side_buf: [0; NOTICE_LEN],
+            side_len: 0,
+            side_after_post: false,
+            send_index: [0; SLOTS],
+            inject_last: 0,
+            send_confirmed: 0,
+            no_inject: false,
             rma: false,
             lend_min: None,
             lent_mrs: VecDeque::new(),
@@ -392,7 +481,13 @@ impl OfiStream {
     /// bytes per `fi_send`.
     pub fn describe(&self) -> String {
         let directed = if self.ep.directed() { "directed receives" } else { "receives from any address" };
-        let wait = if self.ep.wait_fd().is_some() { "CQ wait fd" } else { "polled CQ" };
+        let wait = if self.ep.wait_fd().is_some() {
+            "CQ wait fd"
+        } else if self.doorbell {
+            "doorbell on the side channel"
+        } else {
+            "polled CQ"
+        };
         let rma = match (self.rma, self.lend_min) {
             (false, _) => "no RMA".to_string(),
             (true, None) => "RMA reads, lends nothing".to_string(),
@@ -466,7 +561,7 @@ impl OfiStream {
             // SAFETY: slot i is filled and not posted: nothing else reads
             // or writes it; HEADER <= CHUNK.
             unsafe { ptr::copy_nonoverlapping(header.as_ptr(), self.send_buf.slot(i), HEADER) };
-            let inject = self.send_len[i] <= self.inject_max;
+            let inject = self.send_len[i] <= self.inject_max && !self.no_inject;
             // SAFETY: slot i holds send_len[i] bytes and is not touched
             // until its completion (an inject copies them before it
             // returns); context owned by self; peer is in the AV.
@@ -492,9 +587,15 @@ impl OfiStream {
             self.reads_told = self.reads_done;
             self.send_done[i] = false;
             self.posted += 1;
+            self.send_index[i] = self.posted;
             if inject {
                 self.injected += 1;
+                self.inject_last = self.posted;
                 self.send_complete(i);
+            }
+            self.side_after_post = true;
+            if self.peer_asleep {
+                self.ring();
             }
         }
     }
@@ -577,6 +678,7 @@ impl OfiStream {
             // bytes, so libfabric no longer writes them.
             unsafe { ptr::copy_nonoverlapping(self.recv_buf.slot(i), header.as_mut_ptr(), HEADER) };
             let [c0, c1, c2, c3, r0, r1, r2, r3] = header;
+            self.recvd += 1;
             self.credits.returned(u32::from_le_bytes([c0, c1, c2, c3]))?;
             self.peer_read(u32::from_le_bytes([r0, r1, r2, r3]))?;
             self.recv[i] = RecvState::Done(len - HEADER);
@@ -587,6 +689,7 @@ impl OfiStream {
             };
             r.state[i] = ReadState::Done(n);
         } else if let Some(i) = at(&self.send_ctx) {
+            self.send_confirmed = self.send_confirmed.max(self.send_index[i]);
             self.send_complete(i);
         } else {
             return Err("a completion for an operation this rail did not post".into());
@@ -748,12 +851,120 @@ impl OfiStream {
     /// peer's process (or its host) is gone.
     fn check_side(&mut self) {
         let mut buf = [0u8; 64];
-        match Read::read(&mut self.side, &mut buf) {
-            Ok(0) => self.peer_gone = true,
-            Ok(_) => {} // Nothing is sent after READY; extra bytes are ignored.
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+        loop {
+            match Read::read(&mut self.side, &mut buf) {
+                Ok(0) => {
+                    self.peer_gone = true;
+                    return;
+                }
+                Ok(n) => {
+                    for &b in &buf[..n] {
+                        self.side_byte(b);
+                    }
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => break,
+                Err(_) => {
+                    self.peer_gone = true;
+                    return;
+                }
+            }
+        }
+        if self.ring_pending {
+            self.ring();
+        }
+    }
+
+    /// One byte from the side channel: part of a notice, or a ring.
+    fn side_byte(&mut self, b: u8) {
+        if self.side_len > 0 || b == NOTICE {
+            self.side_buf[self.side_len] = b;
+            self.side_len += 1;
+            if self.side_len == NOTICE_LEN {
+                self.side_len = 0;
+                self.peer_notices = true;
+                let k = u64::from_le_bytes(self.side_buf[1..].try_into().expect("8 bytes"));
+                if k > self.posted {
+                    self.failed =
+                        Some(format!("the peer says it received {k} of our messages, but we posted {}", self.posted));
+                } else if k < self.posted {
+                    // Messages it did not count are on their way: ring now.
+                    self.ring();
+                } else {
+                    self.peer_asleep = true;
+                }
+            }
+        } else if b == RING {
+            self.notice_out = false;
+        } else {
+            self.failed =
+                Some(format!("the peer sent byte {b:#04x} on the side channel (a notice or a ring expected)"));
+        }
+    }
+
+    /// Wakes the peer: one byte on the side channel.
+    fn ring(&mut self) {
+        self.peer_asleep = false;
+        match Write::write(&mut self.side, &[RING]) {
+            Ok(1) => {
+                self.ring_pending = false;
+                self.rings += 1;
+            }
+            Ok(_) => self.ring_pending = true,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+                self.ring_pending = true
+            }
             Err(_) => self.peer_gone = true,
         }
+    }
+
+    /// Doorbell mode, before a sleep: tells the peer how many of its
+    /// messages we received. False if it could not be written (stay awake).
+    fn send_notice(&mut self) -> bool {
+        let mut m = [0u8; NOTICE_LEN];
+        m[0] = NOTICE;
+        m[1..].copy_from_slice(&self.recvd.to_le_bytes());
+        // A 9-byte write to a socket whose other bytes are single rings and
+        // notices, one outstanding each way: it fits whole or not at all.
+        match Write::write(&mut self.side, &m) {
+            Ok(n) if n == m.len() => {
+                self.notice_out = true;
+                true
+            }
+            Ok(_) => {
+                self.failed = Some("the side channel took part of a sleep notice".into());
+                false
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => false,
+            Err(_) => {
+                self.peer_gone = true;
+                false
+            }
+        }
+    }
+
+    /// Doorbell mode: an injected message may still wait in the provider
+    /// (a full socket) with nothing to announce when it is written. Posts a
+    /// message of the header alone by `fi_send` behind it: once that one
+    /// completes, all before it is written. False if it cannot be posted
+    /// (no free slot or credit: then the peer holds our messages, and
+    /// returns the credits by a message, which rings us).
+    fn post_probe(&mut self) -> bool {
+        if self.posted < self.filled || self.filled - self.completed >= SLOTS as u64 || !self.credits.may_post() {
+            return false;
+        }
+        let i = (self.filled % SLOTS as u64) as usize;
+        self.send_len[i] = HEADER;
+        self.filled += 1;
+        self.no_inject = true;
+        let r = self.post_sends();
+        self.no_inject = false;
+        if let Err(e) = r {
+            self.failed = Some(e.to_string());
+        }
+        true
     }
 
     /// Reads the CQ and copies completed receives, in posting order, into
@@ -1030,7 +1241,9 @@ impl ByteStream for OfiStream {
             return Ok(n);
         }
         self.empty_reads += 1;
-        if !self.engine_arms || self.empty_reads.is_multiple_of(SIDE_EVERY) {
+        let notices = self.peer_notices
+            && (std::mem::take(&mut self.side_after_post) || self.empty_reads.is_multiple_of(SIDE_EVERY_NOTICES));
+        if !self.engine_arms || notices || self.empty_reads.is_multiple_of(SIDE_EVERY) {
             self.check_side();
         }
         if self.peer_gone || self.shut {
@@ -1180,8 +1393,14 @@ impl ByteStream for OfiStream {
     fn deadline(&self) -> Option<Instant> {
         // Without a wait fd nothing announces a completion: an engine that
         // only services a rail on readiness or a deadline (the threaded
-        // one) must come back on its own.
-        self.ep.wait_fd().is_none().then(|| Instant::now() + POLL_EVERY)
+        // one) must come back on its own; by the doorbell, only while the
+        // provider holds sends of ours (the peer rings for the rest).
+        let poll = if self.doorbell { self.posted > self.completed } else { self.ep.wait_fd().is_none() };
+        poll.then(|| Instant::now() + POLL_EVERY)
+    }
+
+    fn wakeups_sent(&self) -> u64 {
+        self.rings
     }
 
     fn engine_arms(&mut self) {
@@ -1205,6 +1424,22 @@ impl ByteStream for OfiStream {
         self.check_side();
         if self.peer_gone {
             return true;
+        }
+        if self.doorbell && self.posted == self.completed {
+            if self.inject_last > self.send_confirmed && self.post_probe() {
+                return true;
+            }
+            if !self.notice_out {
+                if !self.send_notice() {
+                    return true;
+                }
+                // What came before the notice went is ours to see: look
+                // once more (the peer rings for anything after).
+                if !matches!(self.progress(), Ok(false)) || self.has_recv_ready() {
+                    return true;
+                }
+            }
+            return false;
         }
         if self.ep.wait_fd().is_none() {
             self.empty_arms += 1;
@@ -1250,11 +1485,26 @@ mod tests {
         lend_a: Option<usize>,
         lend_b: Option<usize>,
     ) -> Option<(OfiStream, OfiStream)> {
+        pair_full(sel, send, lend_a, lend_b, false)
+    }
+
+    /// A connected pair whose sides sleep by the side channel's doorbell.
+    fn pair_doorbell(sel: &Selector) -> Option<(OfiStream, OfiStream)> {
+        pair_full(sel, None, None, None, true)
+    }
+
+    fn pair_full(
+        sel: &Selector,
+        send: Option<usize>,
+        lend_a: Option<usize>,
+        lend_b: Option<usize>,
+        doorbell: bool,
+    ) -> Option<(OfiStream, OfiStream)> {
         let (a, b) = pair_streams();
         let t = Duration::from_secs(20);
         let sel2 = sel.clone();
-        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t, send, lend_b));
-        let a = OfiStream::over_side_channel(sel, a, t, send, lend_a);
+        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t, send, lend_b, doorbell));
+        let a = OfiStream::over_side_channel(sel, a, t, send, lend_a, doorbell);
         let b = hb.join().unwrap();
         match (a, b) {
             (Ok(a), Ok(b)) => Some((a, b)),
@@ -1526,6 +1776,131 @@ mod tests {
         small_sends_are_injected(shm());
     }
 
+    /// A warmed-up doorbell pair: one message a -> b read, so that rxm's
+    /// connection is up.
+    fn doorbell_pair() -> Option<(OfiStream, OfiStream)> {
+        let (mut a, mut b) = pair_doorbell(&tcp_loopback())?;
+        assert!(a.ep.wait_fd().is_none() && a.doorbell, "{}", a.describe());
+        write_all(&mut a, b"hello");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while a.posted < a.filled {
+            assert!(Instant::now() < deadline, "rxm's connection did not come up");
+            let _ = a.read(&mut []);
+            let _ = b.read(&mut []);
+        }
+        let mut hello = [0u8; 5];
+        read_exact(&mut b, &mut hello);
+        Some((a, b))
+    }
+
+    /// Arms `s` until it lets its engine sleep (at most 20 s).
+    fn arm_until_asleep(s: &mut OfiStream) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while s.arm() {
+            assert!(Instant::now() < deadline, "never let the engine sleep");
+        }
+    }
+
+    /// Reads the side channel of `s` (an empty read does) until `until`.
+    fn read_side_until(s: &mut OfiStream, until: impl Fn(&OfiStream) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !until(s) {
+            assert!(Instant::now() < deadline, "the side channel did not bring it");
+            s.check_side();
+        }
+    }
+
+    /// Whether `fd` becomes readable within `ms` milliseconds.
+    fn readable_within(fd: RawFd, ms: i32) -> bool {
+        // SAFETY: fd is open for the duration of the call (owned by the
+        // stream the caller borrows).
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let mut p = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        let t = rustix::event::Timespec { tv_sec: i64::from(ms / 1000), tv_nsec: i64::from(ms % 1000) * 1_000_000 };
+        rustix::event::poll(&mut p, Some(&t)).unwrap_or(0) > 0
+    }
+
+    /// Doorbell mode: a reader that goes to sleep tells its peer how many
+    /// messages it received; the peer's next message rings it (its fd,
+    /// the side channel, becomes readable), once; the ring ends the notice.
+    #[test]
+    fn doorbell_a_sleeping_reader_is_rung_by_the_next_message() {
+        let Some((mut a, mut b)) = doorbell_pair() else { return };
+        arm_until_asleep(&mut b);
+        assert!(b.notice_out);
+        assert!(!readable_within(b.raw_fd(), 50), "nothing to wake for yet");
+        read_side_until(&mut a, |a| a.peer_asleep);
+        assert_eq!(a.rings, 0);
+        write_all(&mut a, b"wake up");
+        assert_eq!(a.rings, 1, "the message rang");
+        assert!(!a.peer_asleep);
+        assert!(readable_within(b.raw_fd(), 5000), "the ring wakes the reader");
+        let mut got = [0u8; 7];
+        read_exact(&mut b, &mut got);
+        assert_eq!(&got, b"wake up");
+        read_side_until(&mut b, |b| !b.notice_out);
+        write_all(&mut a, b"!");
+        assert_eq!(a.rings, 1, "a peer that is awake is not rung");
+    }
+
+    /// Doorbell mode, the sender's side: a notice that counts fewer
+    /// messages than were posted (the rest crossed it) is answered by a
+    /// ring at once; one that counts all of them makes the next post ring;
+    /// one that counts more than were posted fails the stream.
+    #[test]
+    fn doorbell_a_notice_is_answered_by_what_was_posted() {
+        let Some((mut a, mut b)) = doorbell_pair() else { return };
+        let notice = |k: u64| {
+            let mut m = vec![NOTICE];
+            m.extend_from_slice(&k.to_le_bytes());
+            m
+        };
+        let posted = a.posted;
+        assert!(posted >= 1);
+        // Split in two writes: a notice read in part is kept.
+        let m = notice(posted - 1);
+        Write::write_all(&mut b.side, &m[..4]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        a.check_side();
+        assert_eq!(a.rings, 0);
+        Write::write_all(&mut b.side, &m[4..]).unwrap();
+        read_side_until(&mut a, |a| a.rings == 1);
+        assert!(!a.peer_asleep, "rung at once: nothing left to ring for");
+        Write::write_all(&mut b.side, &notice(posted)).unwrap();
+        read_side_until(&mut a, |a| a.peer_asleep);
+        assert_eq!(a.rings, 1);
+        Write::write_all(&mut b.side, &notice(posted + 1)).unwrap();
+        read_side_until(&mut a, |a| a.failed.is_some());
+        let e = a.failed.clone().unwrap();
+        assert!(e.contains("received") && e.contains("we posted"), "{e}");
+    }
+
+    /// Doorbell mode: an injected message has no completion, and may still
+    /// sit in the provider when the rank wants to sleep; it sleeps only
+    /// once a message sent after it (a header alone, by `fi_send`) has
+    /// completed, so nothing of ours waits in the provider while we sleep.
+    #[test]
+    fn doorbell_an_injected_message_is_confirmed_before_sleeping() {
+        let Some((mut a, mut b)) = doorbell_pair() else { return };
+        if a.inject_max < HEADER + 3 {
+            eprintln!("skipped: this provider injects at most {} bytes", a.inject_max);
+            return;
+        }
+        arm_until_asleep(&mut a);
+        read_side_until(&mut b, |b| b.peer_asleep);
+        let (posted, injected) = (a.posted, a.injected);
+        write_all(&mut a, b"abc");
+        assert_eq!((a.posted, a.injected), (posted + 1, injected + 1), "injected");
+        assert!(a.inject_last > a.send_confirmed);
+        assert!(a.arm(), "no sleep with an injected message unconfirmed");
+        assert_eq!((a.posted, a.injected), (posted + 2, injected + 1), "a header alone, sent");
+        arm_until_asleep(&mut a);
+        assert!(a.send_confirmed >= a.inject_last);
+        let mut got = [0u8; 3];
+        read_exact(&mut b, &mut got);
+        assert_eq!(&got, b"abc");
+    }
+
     /// With an engine that arms the rails before it sleeps, credits due
     /// after a read are returned by the next CQ read or `arm`, not by the
     /// read itself: frames of every size still cross both ways (the
@@ -1747,7 +2122,7 @@ mod tests {
         let _one_at_a_time = shm_names_lock();
         let _planted = Planted::new(super::super::shmname::upcoming(4));
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || tx.send(OfiEndpoint::open(&shm(), false).err()));
+        std::thread::spawn(move || tx.send(OfiEndpoint::open(&shm(), false, true).err()));
         let err = rx.recv_timeout(Duration::from_secs(60)).expect("OfiEndpoint::open hung");
         let Some(err) = err else { panic!("opened over a planted file") };
         if err.contains("offers no reliable-datagram") {
@@ -1798,7 +2173,7 @@ mod tests {
     fn a_peer_that_is_not_an_ofi_rail_is_refused() {
         let (mut a, b) = pair_streams();
         a.write_all(b"MRSH\x03abc").unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
             .err()
             .expect("refused");
         assert!(e.contains("not an ofi rail"), "{e}");
@@ -1808,7 +2183,7 @@ mod tests {
         let mut old = setup_message("tcp;ofi_rxm", &[1], 0, RXM_EAGER_DEFAULT);
         old[..4].copy_from_slice(b"MRO3");
         a.write_all(&old).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
             .err()
             .expect("refused");
         assert!(e.contains("another version of the ofi rail"), "{e}");
@@ -1816,7 +2191,7 @@ mod tests {
         let mut m = setup_message("tcp;ofi_rxm", &[1], 0, RXM_EAGER_DEFAULT);
         m[4 + 1 + 11..4 + 1 + 11 + 2].copy_from_slice(&60_000u16.to_le_bytes());
         a.write_all(&m).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
             .err()
             .expect("refused");
         assert!(e.contains("address of 60000 bytes"), "{e}");
@@ -1824,7 +2199,7 @@ mod tests {
         // before its address is used (the real peer would hang).
         let (mut a, b) = pair_streams();
         a.write_all(&setup_message("tcp;ofi_rxm", &[1], 0, rxm_eager_limit() + 1)).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
             .err()
             .expect("refused");
         assert!(e.contains("rxm's eager limit") && e.contains("at the peer"), "{e}");
