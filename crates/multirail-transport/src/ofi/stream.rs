@@ -66,11 +66,13 @@
 //!   at its next post. So a message the sleeper did not count is always
 //!   rung for, whichever of notice and message crossed first; the ring
 //!   makes the sleeper's fd readable, and ends its notice;
-//! * it does not sleep while the provider holds sends of ours (posted, not
-//!   completed: it polls, as for a provider without a wait fd), nor while
-//!   an injected message (no completion) may still wait in the provider:
-//!   then it sends a message of the header alone by `fi_send`, whose
-//!   completion says that all before it is written;
+//! * while the provider holds sends of ours (posted, not completed), its
+//!   sleeps are bounded (`deadline`: 50 µs, doubling up to 1.6 ms while
+//!   nothing completes), since nothing announces their progress; and it
+//!   does not sleep while an injected message (no completion) may still
+//!   wait in the provider: it sends a message of the header alone by
+//!   `fi_send` first, whose completion says that all before it is
+//!   written;
 //! * a side whose peer sends notices looks at the side channel at the
 //!   first empty read after each post and every [`SIDE_EVERY_NOTICES`]
 //!   empty reads, so a notice waits little for its ring.
@@ -107,6 +109,10 @@ const SIDE_EVERY: u32 = 256;
 pub const SPIN_ARMS: u32 = 1 << 10;
 /// Without a CQ wait fd: how soon an engine that does not spin comes back.
 const POLL_EVERY: Duration = Duration::from_micros(50);
+/// By the doorbell, with sends held by the provider: the bound on a sleep
+/// doubles from [`POLL_EVERY`] up to `POLL_EVERY << POLL_BACKOFF_MAX`
+/// (1.6 ms) while nothing completes.
+const POLL_BACKOFF_MAX: u32 = 5;
 /// Setup message: magic, then provider name and address, each with a
 /// length in front.
 /// Version 2 (`MRO2`): every message starts with the credit header
@@ -303,6 +309,10 @@ pub struct OfiStream {
     send_confirmed: u64,
     /// The next message goes by `fi_send` even if it could be injected.
     no_inject: bool,
+    /// Doorbell mode, sends held by the provider: sleeps in a row that
+    /// found nothing (each bounded by twice the previous, from
+    /// [`POLL_EVERY`]).
+    poll_backoff: u32,
     /// Both endpoints have RMA: the peer may lend, and we read.
     rma: bool,
     /// Payloads of at least this many bytes are lent (with `rma`).
@@ -461,6 +471,7 @@ impl OfiStream {
             inject_last: 0,
             send_confirmed: 0,
             no_inject: false,
+            poll_backoff: 0,
             rma: false,
             lend_min: None,
             lent_mrs: VecDeque::new(),
@@ -657,6 +668,9 @@ impl OfiStream {
                 self.complete(e.op_context, e.len)?;
             }
             any |= n > 0;
+            if n > 0 {
+                self.poll_backoff = 0;
+            }
             if n < CQ_BATCH {
                 return Ok(any);
             }
@@ -1395,8 +1409,10 @@ impl ByteStream for OfiStream {
         // only services a rail on readiness or a deadline (the threaded
         // one) must come back on its own; by the doorbell, only while the
         // provider holds sends of ours (the peer rings for the rest).
-        let poll = if self.doorbell { self.posted > self.completed } else { self.ep.wait_fd().is_none() };
-        poll.then(|| Instant::now() + POLL_EVERY)
+        if self.doorbell {
+            return (self.posted > self.completed).then(|| Instant::now() + POLL_EVERY * (1 << self.poll_backoff));
+        }
+        self.ep.wait_fd().is_none().then(|| Instant::now() + POLL_EVERY)
     }
 
     fn wakeups_sent(&self) -> u64 {
@@ -1422,11 +1438,15 @@ impl ByteStream for OfiStream {
             return true;
         }
         self.check_side();
-        if self.peer_gone {
-            return true;
+        if self.peer_gone || self.failed.is_some() {
+            return true; // the next read reports it
         }
-        if self.doorbell && self.posted == self.completed {
-            if self.inject_last > self.send_confirmed && self.post_probe() {
+        if self.doorbell {
+            // Sends the provider still holds need its progress: the sleep
+            // is bounded (`deadline`), longer each time nothing moved.
+            if self.posted > self.completed {
+                self.poll_backoff = (self.poll_backoff + 1).min(POLL_BACKOFF_MAX);
+            } else if self.inject_last > self.send_confirmed && self.post_probe() {
                 return true;
             }
             if !self.notice_out {
@@ -1435,7 +1455,8 @@ impl ByteStream for OfiStream {
                 }
                 // What came before the notice went is ours to see: look
                 // once more (the peer rings for anything after).
-                if !matches!(self.progress(), Ok(false)) || self.has_recv_ready() {
+                let posted = self.posted;
+                if !matches!(self.progress(), Ok(false)) || self.has_recv_ready() || self.posted != posted {
                     return true;
                 }
             }
