@@ -121,6 +121,13 @@ impl Builder {
         self.cfg.ofi_rma = rma;
         self
     }
+    /// Whether ranks sleep by the side channel's doorbell on `ofi:tcp`
+    /// rails that lend nothing (MULTIRAIL_OFI_WAIT: `auto` = true, the
+    /// default; `fd` = false: on the CQ's wait fd).
+    pub fn ofi_doorbell(mut self, on: bool) -> Builder {
+        self.cfg.ofi_doorbell = on;
+        self
+    }
     pub fn key(mut self, key: impl Into<Vec<u8>>) -> Builder {
         self.cfg.key = Some(key.into());
         self

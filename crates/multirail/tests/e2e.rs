@@ -315,6 +315,50 @@ fn ofi_tcp_two_rails_both_engines() {
     exchange_on("ofi:tcp:127.0.0.1,tcp:127.0.0.2", Progress::Polled, "16K:single,*:adaptive", 72, 20);
 }
 
+/// Every wait a sleep (no spinning): in a ping-pong of small messages
+/// each one finds its reader asleep, so it crosses only if the reader's
+/// notice and the sender's ring work (both engines; rings are counted);
+/// then the bulk exchange; and the same with the CQ's wait fd instead
+/// (`MULTIRAIL_OFI_WAIT=fd`, no rings).
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_tcp_sleeping_ranks_are_woken_by_the_doorbell_or_the_wait_fd() {
+    let two = "ofi:tcp:127.0.0.1,ofi:tcp:127.0.0.2";
+    for (doorbell, progress, policy, seed) in [
+        (true, Progress::Polled, "*:stripe", 75),
+        (true, Progress::Threaded, "16K:single,*:adaptive", 76),
+        (false, Progress::Polled, "16K:single,*:adaptive", 77),
+    ] {
+        let sizes = sizes(seed, 20);
+        job(
+            2,
+            |_| builder(two, progress, policy).spin(Duration::ZERO).ofi_doorbell(doorbell),
+            |ep| {
+                let (me, peer) = (ep.rank(), 1 - ep.rank());
+                wait_rails_up(&ep, peer);
+                let mut buf = [0u8; 8];
+                for i in 0..50u64 {
+                    if me == 0 {
+                        ep.send(peer, i, &i.to_le_bytes()).unwrap();
+                        ep.recv(Some(peer), Some(i), &mut buf).unwrap();
+                    } else {
+                        ep.recv(Some(peer), Some(i), &mut buf).unwrap();
+                        ep.send(peer, i, &buf).unwrap();
+                    }
+                    assert_eq!(u64::from_le_bytes(buf), i, "ping-pong {i}");
+                }
+                let rings = ep.wakeups_sent();
+                if doorbell {
+                    assert!(rings > 0, "rank {me}: no ring in 50 ping-pongs between sleeping ranks");
+                } else {
+                    assert_eq!(rings, 0, "rank {me}: the wait fd needs no ring");
+                }
+                exchange_rank(ep, two, policy, &sizes)
+            },
+        );
+    }
+}
+
 /// The libfabric rail over `tcp;ofi_rxm` with RMA (off there by
 /// default): payloads of 64 KiB and more are lent and read with `fi_read`.
 #[cfg(feature = "ofi")]
