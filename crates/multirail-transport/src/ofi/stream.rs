@@ -300,13 +300,11 @@ pub struct OfiStream {
     side_len: usize,
     /// Look at the side channel at the next empty read (we posted since).
     side_after_post: bool,
-    /// For each send slot, the posted count right after its message; the
-    /// posted count after the last injected message; the largest of a
-    /// sent (not injected) message whose completion came. An injected
-    /// message is surely written once a message sent after it completed.
-    send_index: [u64; SLOTS],
+    /// The posted count right after the last injected message (0: none
+    /// yet). Sends complete in order, so it is surely written once
+    /// `completed` passes it: a message sent after it has completed
+    /// ([`OfiStream::inject_unconfirmed`]).
     inject_last: u64,
-    send_confirmed: u64,
     /// The next message goes by `fi_send` even if it could be injected.
     no_inject: bool,
     /// Doorbell mode, sends held by the provider: sleeps in a row that
@@ -467,9 +465,7 @@ impl OfiStream {
             side_buf: [0; NOTICE_LEN],
             side_len: 0,
             side_after_post: false,
-            send_index: [0; SLOTS],
             inject_last: 0,
-            send_confirmed: 0,
             no_inject: false,
             poll_backoff: 0,
             rma: false,
@@ -598,7 +594,6 @@ impl OfiStream {
             self.reads_told = self.reads_done;
             self.send_done[i] = false;
             self.posted += 1;
-            self.send_index[i] = self.posted;
             if inject {
                 self.injected += 1;
                 self.inject_last = self.posted;
@@ -703,12 +698,17 @@ impl OfiStream {
             };
             r.state[i] = ReadState::Done(n);
         } else if let Some(i) = at(&self.send_ctx) {
-            self.send_confirmed = self.send_confirmed.max(self.send_index[i]);
             self.send_complete(i);
         } else {
             return Err("a completion for an operation this rail did not post".into());
         }
         Ok(())
+    }
+
+    /// An injected message (no completion) may still wait in the provider:
+    /// no message sent after it has completed yet.
+    fn inject_unconfirmed(&self) -> bool {
+        self.inject_last != 0 && self.completed <= self.inject_last
     }
 
     /// Send slot `i`'s message is out of our hands: free it, and every
@@ -1446,7 +1446,7 @@ impl ByteStream for OfiStream {
             // is bounded (`deadline`), longer each time nothing moved.
             if self.posted > self.completed {
                 self.poll_backoff = (self.poll_backoff + 1).min(POLL_BACKOFF_MAX);
-            } else if self.inject_last > self.send_confirmed && self.post_probe() {
+            } else if self.inject_unconfirmed() && self.post_probe() {
                 return true;
             }
             if !self.notice_out {
@@ -1912,11 +1912,11 @@ mod tests {
         let (posted, injected) = (a.posted, a.injected);
         write_all(&mut a, b"abc");
         assert_eq!((a.posted, a.injected), (posted + 1, injected + 1), "injected");
-        assert!(a.inject_last > a.send_confirmed);
+        assert!(a.inject_unconfirmed());
         assert!(a.arm(), "no sleep with an injected message unconfirmed");
         assert_eq!((a.posted, a.injected), (posted + 2, injected + 1), "a header alone, sent");
         arm_until_asleep(&mut a);
-        assert!(a.send_confirmed >= a.inject_last);
+        assert!(!a.inject_unconfirmed());
         let mut got = [0u8; 3];
         read_exact(&mut b, &mut got);
         assert_eq!(&got, b"abc");
