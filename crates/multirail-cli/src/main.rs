@@ -2,7 +2,7 @@
 //! errors into exit codes; each command lives in its own module.
 
 // One `unsafe` block: setting an environment variable before any thread
-// exists (`prefer_rxm_eager`).
+// exists (`prefer_rxm_env`).
 #![deny(unsafe_code)]
 
 mod bench;
@@ -19,7 +19,7 @@ mod testbed;
 
 fn main() {
     #[cfg(feature = "ofi")]
-    prefer_rxm_eager();
+    prefer_rxm_env();
     // A crash is reported as one (see the function), not as exit status 1.
     #[cfg(feature = "ofi")]
     multirail_transport::ofi::default_crash_signals();
@@ -59,13 +59,14 @@ fn main() {
     }
 }
 
-/// Lets rxm send 64 KiB messages eagerly in this process and the ranks it
-/// starts, unless the user set its eager limit or buffer size
+/// Lets rxm send 64 KiB messages eagerly and post 1024 receive buffers
+/// per endpoint (not 4096) in this process and the ranks it starts,
+/// unless the user set those variables
 /// (`multirail_transport::ofi::stream::preferred_rxm_env`, docs/rails/ofi.md).
 #[cfg(feature = "ofi")]
 #[allow(unsafe_code)]
-fn prefer_rxm_eager() {
-    if let Some((name, value)) = multirail_transport::ofi::stream::preferred_rxm_env() {
+fn prefer_rxm_env() {
+    for (name, value) in multirail_transport::ofi::stream::preferred_rxm_env() {
         // SAFETY: the first statement of `main`: no other thread exists
         // yet that could read the environment while it changes.
         unsafe { std::env::set_var(name, value) };

@@ -597,3 +597,24 @@ fn a_connection_ending_after_the_peers_close_is_not_a_rail_down() {
     sim.kill(0, 1, 1, "connection reset by peer");
     assert_eq!(sim.nodes[0].rail_stats(1, sim.now)[1].downs, 1);
 }
+
+#[test]
+fn a_message_received_right_before_the_receivers_close_is_acknowledged() {
+    // Rank 1 receives a small message and closes at once: its CLOSE goes
+    // after the acknowledgement, so rank 0 can close without waiting.
+    for direct in [true, false] {
+        let mut c = cfg("*:single");
+        c.direct_eager = direct;
+        let mut sim = Sim::new(2, &rails4()[..1], c);
+        let r = sim.irecv(1, Some(0), Some(9), 64);
+        let s = sim.isend(0, 1, 9, pattern(3, 8));
+        assert!(sim.run_until(Duration::from_secs(1), |sim| sim.is_done(1, r) && sim.is_done(0, s)));
+        let now = sim.now;
+        sim.nodes[1].close(now);
+        assert!(
+            sim.run_until(Duration::from_secs(5), |s| s.nodes[0].is_quiescent()),
+            "direct {direct}: rank 0 still waits for {:?}",
+            sim.nodes[0].unacked_by_peer()
+        );
+    }
+}

@@ -215,6 +215,9 @@ impl<R: Rail> Rail for FaultRail<R> {
     fn shutdown(&mut self) {
         self.inner.shutdown()
     }
+    fn close(&mut self, by: std::time::Instant) {
+        self.inner.close(by)
+    }
 }
 
 #[cfg(test)]

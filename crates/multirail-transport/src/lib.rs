@@ -157,6 +157,14 @@ pub trait Rail: Send {
     fn take_partial(&mut self) -> Option<(FrameHeader, PayloadDest)>;
     /// Closes the connection (the peer sees end-of-stream).
     fn shutdown(&mut self);
+    /// Closes the connection in order, when the endpoint closes: what was
+    /// written reaches the peer before it sees the end, waiting at most
+    /// until `by` for that. Rails whose end travels behind their bytes
+    /// (a TCP connection, a ring) just [`Rail::shutdown`].
+    fn close(&mut self, by: Instant) {
+        let _ = by;
+        self.shutdown();
+    }
     /// The rail's new bytes make no fd readable while its reader is awake
     /// (shared memory): an engine that busy-polls reads it on every round
     /// and calls [`Rail::arm`] before each sleep, instead of waiting for
@@ -222,6 +230,9 @@ impl Rail for Box<dyn Rail> {
     }
     fn shutdown(&mut self) {
         (**self).shutdown()
+    }
+    fn close(&mut self, by: Instant) {
+        (**self).close(by)
     }
     fn spin_poll(&self) -> bool {
         (**self).spin_poll()

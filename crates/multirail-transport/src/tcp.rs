@@ -135,6 +135,11 @@ pub trait ByteStream: Send {
     fn raw_fd(&self) -> RawFd;
     /// Ends the stream (the peer sees end of stream).
     fn shutdown(&mut self);
+    /// See [`Rail::close`].
+    fn close(&mut self, by: Instant) {
+        let _ = by;
+        self.shutdown();
+    }
     /// See [`Rail::spin_poll`].
     fn spin_poll(&self) -> bool {
         false
@@ -664,6 +669,10 @@ impl<S: ByteStream> Rail for StreamRail<S> {
 
     fn shutdown(&mut self) {
         self.stream.shutdown();
+    }
+
+    fn close(&mut self, by: Instant) {
+        self.stream.close(by);
     }
 
     fn spin_poll(&self) -> bool {

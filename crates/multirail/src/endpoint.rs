@@ -23,6 +23,9 @@ const BARRIER_TAG: u64 = u64::MAX - 1;
 
 /// How long closing waits for every sent message to be acknowledged.
 const CLOSE_DRAIN: Duration = Duration::from_secs(10);
+/// Longest the rails of a closing endpoint take, together, to hand what
+/// they were given to the peer ([`multirail_transport::Rail::close`]).
+const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// Builds an [`Endpoint`]. Settings start from [`Config::default`] (or a
 /// given config) and can be overridden one by one.
@@ -715,6 +718,7 @@ impl Endpoint {
         let shared = &self.shared;
         let mut quiet = |g: &mut crate::shared::Inner| g.core.is_quiescent();
         let drained = engine.wait_until(shared, &mut quiet, Some(Instant::now() + CLOSE_DRAIN));
+        let unacked = if drained { Vec::new() } else { shared.with_core(|c, _| c.unacked_by_peer()) };
         shared.with_core(|c, now| c.close(now));
         let mut flushed =
             |g: &mut crate::shared::Inner| shared.slots.iter().all(|s| !g.core.has_transmit(s.peer, s.rail));
@@ -724,13 +728,24 @@ impl Endpoint {
             c.stop();
         }
         shared.close_parked(true);
+        // Rails whose end can overtake their bytes (`ofi`: the end goes on
+        // the side channel) make sure the CLOSE and acknowledgements just
+        // flushed reach the peer first; together at most CLOSE_LINGER.
+        let by = Instant::now() + CLOSE_LINGER;
         for s in &shared.slots {
             if let Some(mut r) = s.lock_conn().take() {
                 let _ = r.flush();
-                r.shutdown();
+                r.close(by);
             }
         }
-        if drained { Ok(()) } else { Err(Error::Setup("closed with messages not acknowledged by their peers".into())) }
+        if drained {
+            return Ok(());
+        }
+        let who: Vec<String> = unacked.iter().map(|(peer, n)| format!("{n} by rank {peer}")).collect();
+        Err(Error::Setup(format!(
+            "closed with messages not acknowledged by their peers after {CLOSE_DRAIN:?}: {}",
+            who.join(", ")
+        )))
     }
 }
 

@@ -33,7 +33,11 @@ pub(crate) fn open(
 
     let lend = cfg.ofi_rma.lend_min(&target.provider);
     let doorbell = crate::config::ofi_doorbell(cfg.ofi_doorbell, &target.provider, lend);
-    let stream = OfiStream::over_side_channel(target, ctl, cfg.handshake_timeout, cfg.ofi_send, lend, doorbell)?;
+    // The peer passed HELLO, so it runs; what it does next, opening its
+    // endpoint, took up to 9 s per rail with 64 ranks on this 2-core
+    // machine (2026-11-29), so it gets the job setup's time, not HELLO's.
+    let wait = cfg.handshake_timeout.max(cfg.setup_timeout);
+    let stream = OfiStream::over_side_channel(target, ctl, wait, cfg.ofi_send, lend, doorbell)?;
     tracing::debug!("{}: {}", caps.name, stream.describe());
     let rail = StreamRail::over(stream, caps, cfg.proto.limits);
     Ok(match fault {

@@ -697,6 +697,17 @@ impl Core {
         self.peers.values().map(|p| p.out.len() + p.direct.len()).sum()
     }
 
+    /// Peers that still hold messages of ours unacknowledged (and are
+    /// neither failed nor closed), with how many: what keeps
+    /// [`Core::is_quiescent`] false.
+    pub fn unacked_by_peer(&self) -> Vec<(PeerId, usize)> {
+        self.peers
+            .iter()
+            .filter(|(_, p)| !(p.nothing_out() || p.failed.is_some() || p.closed_by_peer))
+            .map(|(id, p)| (id, p.out.len() + p.direct.len()))
+            .collect()
+    }
+
     /// Messages sent by the direct path ([`Config::direct_eager`]). For
     /// tests and stats.
     pub fn direct_sent(&self) -> u64 {

@@ -63,9 +63,12 @@
 //!   reads the CQ once more;
 //! * a side reading a notice that counts fewer messages than it posted
 //!   rings at once ([`RING`], one byte); one that counts all of them rings
-//!   at its next post. So a message the sleeper did not count is always
-//!   rung for, whichever of notice and message crossed first; the ring
-//!   makes the sleeper's fd readable, and ends its notice;
+//!   at its next post, or at its next attempt the provider refuses for
+//!   now (rxm's first message one way waits for a connection, which
+//!   needs the sleeper's progress). So a message the sleeper did not
+//!   count is always rung for, whichever of notice and message crossed
+//!   first; the ring makes the sleeper's fd readable, and ends its
+//!   notice;
 //! * while the provider holds sends of ours (posted, not completed), its
 //!   sleeps are bounded (`deadline`: 50 µs, doubling up to 1.6 ms while
 //!   nothing completes), since nothing announces their progress; and it
@@ -79,6 +82,19 @@
 //!
 //! A rank that lends payloads (RMA) must wake when its peer reads them,
 //! which nothing rings for: lending streams keep the wait fd.
+//!
+//! # Closing in order
+//!
+//! The messages travel on the provider's connections, the end of the
+//! stream on the side channel, so the end can overtake the last messages
+//! (an endpoint's CLOSE frame and acknowledgements), and what the provider
+//! still holds is lost when the process exits. A stream closed by
+//! [`ByteStream::close`] first drives the provider until every posted send
+//! completed (an injected last message confirmed as for a sleep), for at
+//! most the time it is given, then sends [`BYE`] with the number of
+//! messages it posted, then ends the side channel. A reader that gets the
+//! bye (or the end after it) reports the end of the stream only once it
+//! has received that many messages, or [`BYE_WAIT`] after the bye.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -124,7 +140,8 @@ const POLL_BACKOFF_MAX: u32 = 5;
 /// Version 5 (`MRO5`): after `READY` the side channel carries sleep
 /// notices ([`NOTICE`]) and rings ([`RING`]) (see "Sleeping" in the
 /// module docs); version 4 sent nothing there.
-const MAGIC: &[u8; 4] = b"MRO5";
+/// Version 6 (`MRO6`): and a [`BYE`] before the end ("Closing in order").
+const MAGIC: &[u8; 4] = b"MRO6";
 /// Side channel: "I sleep, having received this many of your messages"
 /// (the byte, then a u64, little-endian).
 const NOTICE: u8 = b'S';
@@ -132,6 +149,12 @@ const NOTICE_LEN: usize = 9;
 /// Side channel: "wake up" (the answer to a notice, once the messages it
 /// did not count are posted).
 const RING: u8 = b'W';
+/// Side channel: "I close, having posted this many messages" (the byte,
+/// then a u64, little-endian; see "Closing in order" in the module docs).
+const BYE: u8 = b'B';
+/// A reader that got a bye waits at most this long for the messages it
+/// counts, then reports the end anyway.
+pub const BYE_WAIT: Duration = Duration::from_secs(1);
 /// With a peer that sleeps by notices: empty reads between two looks at
 /// the side channel (a notice that came after the look that followed our
 /// last post waits at most this long for its ring).
@@ -295,7 +318,10 @@ pub struct OfiStream {
     /// A ring that could not be written yet, and rings written.
     ring_pending: bool,
     rings: u64,
-    /// A notice read in part.
+    /// The peer's bye: how many messages it posted, and by when we wait
+    /// for them ([`BYE_WAIT`]).
+    peer_bye: Option<(u64, Instant)>,
+    /// A notice or bye read in part.
     side_buf: [u8; NOTICE_LEN],
     side_len: usize,
     /// Look at the side channel at the next empty read (we posted since).
@@ -369,7 +395,8 @@ impl OfiStream {
         let eager = rxm_eager_limit();
         side.write_all(&setup_message(&provider, &addr, flags, eager))
             .map_err(|e| format!("sending our address: {e}"))?;
-        let (peer_provider, peer_addr, peer_flags, peer_eager) = read_setup_message(&mut side)?;
+        let (peer_provider, peer_addr, peer_flags, peer_eager) =
+            read_setup_message(&mut side).map_err(|e| e.explain(timeout))?;
         if peer_provider != provider {
             return Err(format!(
                 "the peer opened libfabric provider '{peer_provider}' for this rail, we opened '{provider}' \
@@ -386,7 +413,10 @@ impl OfiStream {
         stream.doorbell = doorbell;
         stream.side.write_all(&[READY]).map_err(|e| format!("side channel: {e}"))?;
         let mut ready = [0u8; 1];
-        stream.side.read_exact(&mut ready).map_err(|e| format!("waiting for the peer's receives: {e}"))?;
+        stream
+            .side
+            .read_exact(&mut ready)
+            .map_err(|e| SetupError::Io("waiting for the peer's receives", e).explain(timeout))?;
         if ready[0] != READY {
             return Err("the peer sent something else than 'ready' on the side channel".into());
         }
@@ -462,6 +492,7 @@ impl OfiStream {
             peer_notices: false,
             ring_pending: false,
             rings: 0,
+            peer_bye: None,
             side_buf: [0; NOTICE_LEN],
             side_len: 0,
             side_after_post: false,
@@ -587,6 +618,14 @@ impl OfiStream {
                 }
             };
             if ret == EAGAIN {
+                // The provider cannot take it yet. Through rxm that is
+                // also a connection being set up, at the first message
+                // this way, which needs the peer's progress: a peer asleep
+                // by the doorbell is rung (each notice of its once), or it
+                // would sleep on while we retry.
+                if self.peer_asleep {
+                    self.ring();
+                }
                 return Ok(());
             }
             check(if inject { "fi_inject" } else { "fi_send" }, ret as i64)?;
@@ -709,6 +748,49 @@ impl OfiStream {
     /// no message sent after it has completed yet.
     fn inject_unconfirmed(&self) -> bool {
         self.inject_last != 0 && self.completed <= self.inject_last
+    }
+
+    /// The peer said bye and messages it counts have not come yet (and
+    /// [`BYE_WAIT`] has not passed).
+    fn bye_pending(&self) -> bool {
+        self.peer_bye.is_some_and(|(k, until)| self.recvd < k && Instant::now() < until)
+    }
+
+    /// Closing: drives the provider until every message posted (and any
+    /// filled one the credits let us post) is written, or `by`; see
+    /// "Closing in order" in the module docs. True when all were.
+    /// The libfabric lock is taken for each round, not across the sleeps
+    /// (other streams of the process go on meanwhile).
+    fn linger(&mut self, by: Instant) -> bool {
+        loop {
+            {
+                let _libfabric = super::lock();
+                // A notice of the peer's tells us to ring it for what we
+                // post (or fail to post) now.
+                self.check_side();
+                if self.peer_gone {
+                    return false;
+                }
+                if self.posted < self.filled && self.credits.may_post() && self.post_sends().is_err() {
+                    return false;
+                }
+                if self.progress().is_err() || self.failed.is_some() {
+                    return false;
+                }
+                if self.posted == self.filled && self.completed == self.posted {
+                    // An injected message has no completion: one of the
+                    // header alone by fi_send behind it says it was written.
+                    if !self.inject_unconfirmed() {
+                        return true;
+                    }
+                    self.post_probe();
+                }
+            }
+            if Instant::now() >= by {
+                return false;
+            }
+            std::thread::sleep(POLL_EVERY);
+        }
     }
 
     /// Send slot `i`'s message is out of our hands: free it, and every
@@ -891,15 +973,24 @@ impl OfiStream {
         }
     }
 
-    /// One byte from the side channel: part of a notice, or a ring.
+    /// One byte from the side channel: part of a notice or a bye, or a
+    /// ring.
     fn side_byte(&mut self, b: u8) {
-        if self.side_len > 0 || b == NOTICE {
+        if self.side_len > 0 || b == NOTICE || b == BYE {
             self.side_buf[self.side_len] = b;
             self.side_len += 1;
             if self.side_len == NOTICE_LEN {
                 self.side_len = 0;
-                self.peer_notices = true;
                 let k = u64::from_le_bytes(self.side_buf[1..].try_into().expect("8 bytes"));
+                if self.side_buf[0] == BYE {
+                    if k < self.recvd {
+                        self.failed =
+                            Some(format!("the peer says it posted {k} messages, but we received {}", self.recvd));
+                    }
+                    self.peer_bye = Some((k, Instant::now() + BYE_WAIT));
+                    return;
+                }
+                self.peer_notices = true;
                 if k > self.posted {
                     self.failed =
                         Some(format!("the peer says it received {k} of our messages, but we posted {}", self.posted));
@@ -1106,16 +1197,42 @@ fn eager_limit_of(eager: Option<&str>, buffer: Option<&str>) -> usize {
     eager.and_then(num).or_else(|| buffer.and_then(num)).unwrap_or(RXM_EAGER_DEFAULT)
 }
 
-/// The variable and value the `multirail` command sets at its start (one
-/// thread only, before any libfabric call) so that its ranks send 64 KiB
-/// eagerly through `tcp;ofi_rxm` ([`RXM_EAGER_PREFERRED`]); `None` when
-/// the user set rxm's eager limit or buffer size.
-pub fn preferred_rxm_env() -> Option<(&'static str, String)> {
-    let set = |k: &str| std::env::var_os(k).is_some();
-    if set("FI_OFI_RXM_EAGER_LIMIT") || set("FI_OFI_RXM_BUFFER_SIZE") {
-        return None;
+/// rxm's receive queue depth per endpoint that multirail asks for
+/// (`FI_OFI_RXM_MSG_RX_SIZE`, set by the `multirail` command for itself
+/// and the ranks it starts when the user did not set it).
+///
+/// Through `tcp`, rxm shares one receive context among an endpoint's
+/// connections and by default posts 4096 bounce buffers to it, about 52 MB
+/// of the 88 MB an endpoint held (peak RSS of a 2-rank `bench bw --sizes
+/// 8,1K,16K` over one `ofi:tcp:127.0.0.1` rail: 99 MB, 47 MB with 1024;
+/// tcp rails 9 MB). Every `ofi` rail to every peer is an endpoint of its
+/// own with one connection, and the credits keep at most [`SLOTS`]
+/// messages (plus a probe) in flight on it, so 1024 is still far more
+/// than it can use. 64 ranks of `bench mbw_mr --pairs 32` over
+/// `ofi:tcp:127.0.0.1` (2026-11-29) peaked at 16.7 GB of the machine's
+/// 24 and failed with the default, 7.4 GB with 1024; the bandwidth and
+/// latency on the testbed and on loopback did not change measurably
+/// (`docs/benchmarks.md`).
+pub const RXM_MSG_RX_PREFERRED: usize = 1024;
+
+/// The variables and values the `multirail` command sets at its start
+/// (one thread only, before any libfabric call) for `tcp;ofi_rxm`: 64 KiB
+/// eager sends ([`RXM_EAGER_PREFERRED`]) unless the user set rxm's eager
+/// limit or buffer size, and a receive queue of [`RXM_MSG_RX_PREFERRED`]
+/// buffers unless the user set `FI_OFI_RXM_MSG_RX_SIZE`.
+pub fn preferred_rxm_env() -> Vec<(&'static str, String)> {
+    preferred_rxm_env_of(|k| std::env::var_os(k).is_some())
+}
+
+fn preferred_rxm_env_of(set: impl Fn(&str) -> bool) -> Vec<(&'static str, String)> {
+    let mut vars = Vec::new();
+    if !set("FI_OFI_RXM_EAGER_LIMIT") && !set("FI_OFI_RXM_BUFFER_SIZE") {
+        vars.push(("FI_OFI_RXM_EAGER_LIMIT", RXM_EAGER_PREFERRED.to_string()));
     }
-    Some(("FI_OFI_RXM_EAGER_LIMIT", RXM_EAGER_PREFERRED.to_string()))
+    if !set("FI_OFI_RXM_MSG_RX_SIZE") {
+        vars.push(("FI_OFI_RXM_MSG_RX_SIZE", RXM_MSG_RX_PREFERRED.to_string()));
+    }
+    vars
 }
 
 fn setup_message(provider: &str, addr: &[u8], flags: u8, eager: usize) -> Vec<u8> {
@@ -1130,19 +1247,47 @@ fn setup_message(provider: &str, addr: &[u8], flags: u8, eager: usize) -> Vec<u8
     m
 }
 
+/// Why the peer's setup message or its "ready" did not come.
+enum SetupError {
+    /// Reading what: the error.
+    Io(&'static str, io::Error),
+    /// The peer sent something that is not a setup message of ours.
+    Refused(String),
+}
+
+impl SetupError {
+    /// The message for the rail's error, with the time waited when the
+    /// peer said nothing (a read timeout is `WouldBlock` on Linux).
+    fn explain(self, timeout: Duration) -> String {
+        match self {
+            SetupError::Io(what, e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                format!(
+                    "{what}: nothing came from the peer for {timeout:?} (it passed the handshake, so it runs, \
+                     but has not finished opening its libfabric endpoint: a host with many more ranks than cores? \
+                     MULTIRAIL_SETUP_TIMEOUT bounds this wait)"
+                )
+            }
+            SetupError::Io(what, e) => format!("{what}: {e}"),
+            SetupError::Refused(m) => m,
+        }
+    }
+}
+
 /// Reads the peer's provider name, address, flags and rxm eager limit,
 /// every length bounded.
-fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>, u8, usize), String> {
-    let err = |e: io::Error| format!("reading the peer's libfabric address: {e}");
+fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>, u8, usize), SetupError> {
+    let err = |e: io::Error| SetupError::Io("reading the peer's libfabric address", e);
     let mut head = [0u8; 5];
     side.read_exact(&mut head).map_err(err)?;
     if &head[..3] == b"MRO" && &head[..4] != MAGIC {
-        return Err("the peer runs another version of the ofi rail (run the same multirail build on every rank)".into());
+        return Err(SetupError::Refused(
+            "the peer runs another version of the ofi rail (run the same multirail build on every rank)".into(),
+        ));
     }
     if &head[..4] != MAGIC {
-        return Err(
-            "the peer is not an ofi rail (is the same `ofi:` rail at the same place in both rail lists?)".into()
-        );
+        return Err(SetupError::Refused(
+            "the peer is not an ofi rail (is the same `ofi:` rail at the same place in both rail lists?)".into(),
+        ));
     }
     let mut name = vec![0u8; head[4] as usize];
     side.read_exact(&mut name).map_err(err)?;
@@ -1150,7 +1295,9 @@ fn read_setup_message(side: &mut TcpStream) -> Result<(String, Vec<u8>, u8, usiz
     side.read_exact(&mut len).map_err(err)?;
     let len = u16::from_le_bytes(len) as usize;
     if len == 0 || len > MAX_ADDR {
-        return Err(format!("the peer sent a libfabric address of {len} bytes (1..={MAX_ADDR} allowed)"));
+        return Err(SetupError::Refused(format!(
+            "the peer sent a libfabric address of {len} bytes (1..={MAX_ADDR} allowed)"
+        )));
     }
     let mut addr = vec![0u8; len];
     side.read_exact(&mut addr).map_err(err)?;
@@ -1260,7 +1407,7 @@ impl ByteStream for OfiStream {
         if !self.engine_arms || notices || self.empty_reads.is_multiple_of(SIDE_EVERY) {
             self.check_side();
         }
-        if self.peer_gone || self.shut {
+        if self.shut || (self.peer_gone || self.peer_bye.is_some()) && !self.bye_pending() {
             return Ok(0);
         }
         Err(io::ErrorKind::WouldBlock.into())
@@ -1321,6 +1468,21 @@ impl ByteStream for OfiStream {
     fn shutdown(&mut self) {
         self.shut = true;
         let _ = self.side.shutdown(std::net::Shutdown::Both);
+    }
+
+    fn close(&mut self, by: Instant) {
+        if !self.shut && !self.peer_gone && self.failed.is_none() {
+            // Sends still in the provider at `by` are lost with the
+            // process, as over a connection that breaks.
+            self.linger(by);
+            let mut m = [0u8; NOTICE_LEN];
+            m[0] = BYE;
+            m[1..].copy_from_slice(&self.posted.to_le_bytes());
+            // Best effort: a side channel too full for 9 bytes (a peer
+            // that has not read for long) gets the end alone.
+            let _ = Write::write(&mut self.side, &m);
+        }
+        self.shutdown();
     }
 
     fn spin_poll(&self) -> bool {
@@ -1438,8 +1600,10 @@ impl ByteStream for OfiStream {
             return true;
         }
         self.check_side();
-        if self.peer_gone || self.failed.is_some() {
-            return true; // the next read reports it
+        if self.peer_gone || self.failed.is_some() || self.peer_bye.is_some() {
+            // The next read reports it; messages the bye counts are
+            // looked for until they came or `BYE_WAIT` passed.
+            return true;
         }
         if self.doorbell {
             // Sends the provider still holds need its progress: the sleep
@@ -1742,6 +1906,83 @@ mod tests {
         }
     }
 
+    /// Reads `s` until the end of the stream (at most 20 s).
+    fn read_to_end(s: &mut OfiStream) -> Vec<u8> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            assert!(Instant::now() < deadline, "no end of stream after {} bytes", got.len());
+            match s.read(&mut buf) {
+                Ok(0) => return got,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// Closing in order: a stream closed right after its last writes (the
+    /// provider still holding some: the first message also sets up rxm's
+    /// connection) hands every byte to its reader, which reads all along,
+    /// before the reader sees the end; a bye that counts messages that
+    /// never come ends the stream after `BYE_WAIT`.
+    fn a_closed_stream_hands_over_its_last_messages(doorbell: bool) {
+        let Some((mut a, b)) = pair_full(&tcp_loopback(), None, None, None, doorbell) else { return };
+        let reader = std::thread::spawn(move || {
+            let mut b = b;
+            let got = read_to_end(&mut b);
+            (b, got)
+        });
+        // Small messages (injected) and larger ones, fewer than the
+        // credits let through.
+        let mut sent = Vec::new();
+        for k in 0..SLOTS / 2 {
+            let len = if k % 2 == 0 { 20 } else { 3000 };
+            let m: Vec<u8> = (0..len).map(|i| (i * 7 + k) as u8).collect();
+            write_all(&mut a, &m);
+            sent.extend_from_slice(&m);
+        }
+        a.close(Instant::now() + Duration::from_secs(10));
+        assert!(
+            a.shut && a.posted == a.filled && a.completed == a.posted && !a.inject_unconfirmed(),
+            "all written: posted {} filled {} completed {} inject_last {} may_post {}",
+            a.posted,
+            a.filled,
+            a.completed,
+            a.inject_last,
+            a.credits.may_post()
+        );
+        let posted = a.posted;
+        drop(a);
+        let (b, got) = reader.join().unwrap();
+        assert_eq!(got.len(), sent.len(), "bytes before the end");
+        assert!(got == sent, "the bytes read differ from the bytes written");
+        assert_eq!(b.peer_bye.map(|(k, _)| k), Some(posted), "the bye counts every message posted");
+        assert_eq!(b.recvd, posted);
+        // A bye counting one message more than ever comes: the end is
+        // reported once BYE_WAIT has passed.
+        let Some((a, mut b)) = pair_full(&tcp_loopback(), None, None, None, doorbell) else { return };
+        let mut bye = vec![BYE];
+        bye.extend_from_slice(&(a.posted + 1).to_le_bytes());
+        Write::write_all(&mut (&a.side), &bye).unwrap();
+        read_side_until(&mut b, |b| b.peer_bye.is_some());
+        let mut buf = [0u8; 8];
+        assert_eq!(b.read(&mut buf).map_err(|e| e.kind()), Err(io::ErrorKind::WouldBlock), "waits for it");
+        assert!(read_to_end(&mut b).is_empty());
+        drop(a);
+    }
+
+    #[test]
+    fn a_closed_stream_hands_over_its_last_messages_with_the_wait_fd() {
+        a_closed_stream_hands_over_its_last_messages(false);
+    }
+
+    #[test]
+    fn a_closed_stream_hands_over_its_last_messages_by_the_doorbell() {
+        a_closed_stream_hands_over_its_last_messages(true);
+    }
+
     /// A message that fits the provider's inject size goes by `fi_inject`:
     /// its slot is free when the write returns, with no completion to
     /// wait for; a larger one by `fi_send`, freed at its completion. Both
@@ -1862,6 +2103,36 @@ mod tests {
         read_side_until(&mut b, |b| !b.notice_out);
         write_all(&mut a, b"!");
         assert_eq!(a.rings, 1, "a peer that is awake is not rung");
+    }
+
+    /// Doorbell mode, the first message ever: rxm sets up its connection
+    /// then, which needs the sleeping peer's progress, so a post the
+    /// provider cannot take yet rings the peer too; the message then
+    /// arrives.
+    #[test]
+    fn doorbell_a_sleeper_is_rung_while_the_first_message_waits_for_the_connection() {
+        let Some((mut a, mut b)) = pair_doorbell(&tcp_loopback()) else { return };
+        arm_until_asleep(&mut b);
+        read_side_until(&mut a, |a| a.peer_asleep);
+        write_all(&mut a, b"first");
+        let eagain = a.posted < a.filled;
+        eprintln!("the first post waited for rxm's connection: {eagain}");
+        assert_eq!(a.rings, 1, "rung at the first attempt");
+        assert!(readable_within(b.raw_fd(), 5000), "the ring wakes the sleeper");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut got = [0u8; 5];
+        let mut at = 0;
+        while at < got.len() {
+            assert!(Instant::now() < deadline, "the first message did not arrive");
+            let _ = a.read(&mut []);
+            match b.read(&mut got[at..]) {
+                Ok(n) if n > 0 => at += n,
+                Ok(_) => panic!("end of stream"),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        assert_eq!(&got, b"first");
     }
 
     /// Doorbell mode, the sender's side: a notice that counts fewer
@@ -2053,6 +2324,18 @@ mod tests {
     }
 
     #[test]
+    fn the_command_prefers_64k_eager_sends_and_1024_receive_buffers_unless_the_user_chose() {
+        let names = |set: &[&str]| -> Vec<String> {
+            preferred_rxm_env_of(|k| set.contains(&k)).into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+        };
+        assert_eq!(names(&[]), ["FI_OFI_RXM_EAGER_LIMIT=65536", "FI_OFI_RXM_MSG_RX_SIZE=1024"]);
+        assert_eq!(names(&["FI_OFI_RXM_BUFFER_SIZE"]), ["FI_OFI_RXM_MSG_RX_SIZE=1024"]);
+        assert_eq!(names(&["FI_OFI_RXM_EAGER_LIMIT"]), ["FI_OFI_RXM_MSG_RX_SIZE=1024"]);
+        assert_eq!(names(&["FI_OFI_RXM_MSG_RX_SIZE"]), ["FI_OFI_RXM_EAGER_LIMIT=65536"]);
+        assert!(names(&["FI_OFI_RXM_EAGER_LIMIT", "FI_OFI_RXM_MSG_RX_SIZE"]).is_empty());
+    }
+
+    #[test]
     fn tcp_frames_cross_in_order() {
         frames_cross_in_order(tcp_loopback());
     }
@@ -2224,5 +2507,25 @@ mod tests {
             .err()
             .expect("refused");
         assert!(e.contains("rxm's eager limit") && e.contains("at the peer"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_that_sends_no_address_is_named_with_the_time_waited() {
+        // The peer passed the handshake but sends half an address, then
+        // nothing (its side stays open).
+        let (mut a, b) = pair_streams();
+        a.write_all(&setup_message("tcp;ofi_rxm", &[1, 2, 3], 0, rxm_eager_limit())[..7]).unwrap();
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_millis(200), None, None, false)
+            .err()
+            .expect("gave up");
+        assert!(e.contains("reading the peer's libfabric address: nothing came from the peer for 200ms"), "{e}");
+        assert!(e.contains("MULTIRAIL_SETUP_TIMEOUT"), "{e}");
+        // A peer that is gone is named as such.
+        let (a, b) = pair_streams();
+        drop(a);
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
+            .err()
+            .expect("gave up");
+        assert!(e.contains("reading the peer's libfabric address") && !e.contains("nothing came"), "{e}");
     }
 }
