@@ -1210,7 +1210,7 @@ fn eager_limit_of(eager: Option<&str>, buffer: Option<&str>) -> usize {
 /// messages (plus a probe) in flight on it, so 1024 is still far more
 /// than it can use. 64 ranks of `bench mbw_mr --pairs 32` over
 /// `ofi:tcp:127.0.0.1` (2026-11-29) peaked at 16.7 GB of the machine's
-/// 24 and failed with the default, 7.4 GB with 1024; the bandwidth and
+/// 24 with the default, 7.4 GB with 1024; the bandwidth and
 /// latency on the testbed and on loopback did not change measurably
 /// (`docs/benchmarks.md`).
 pub const RXM_MSG_RX_PREFERRED: usize = 1024;
@@ -1407,7 +1407,7 @@ impl ByteStream for OfiStream {
         if !self.engine_arms || notices || self.empty_reads.is_multiple_of(SIDE_EVERY) {
             self.check_side();
         }
-        if self.shut || (self.peer_gone || self.peer_bye.is_some()) && !self.bye_pending() {
+        if self.shut || ((self.peer_gone || self.peer_bye.is_some()) && !self.bye_pending()) {
             return Ok(0);
         }
         Err(io::ErrorKind::WouldBlock.into())
