@@ -574,6 +574,12 @@ impl Peer {
     pub(crate) fn nothing_out(&self) -> bool {
         self.out.is_empty() && self.direct.is_empty()
     }
+
+    /// Messages of ours wait for this peer's acknowledgement, and it can
+    /// still give it (neither failed nor closed): closing waits for it.
+    fn awaits_acks(&self) -> bool {
+        !(self.nothing_out() || self.failed.is_some() || self.closed_by_peer)
+    }
 }
 
 /// Notes that `rail` to `peer` has new output (once).
@@ -701,11 +707,7 @@ impl Core {
     /// neither failed nor closed), with how many: what keeps
     /// [`Core::is_quiescent`] false.
     pub fn unacked_by_peer(&self) -> Vec<(PeerId, usize)> {
-        self.peers
-            .iter()
-            .filter(|(_, p)| !(p.nothing_out() || p.failed.is_some() || p.closed_by_peer))
-            .map(|(id, p)| (id, p.out.len() + p.direct.len()))
-            .collect()
+        self.peers.iter().filter(|(_, p)| p.awaits_acks()).map(|(id, p)| (id, p.out.len() + p.direct.len())).collect()
     }
 
     /// Messages sent by the direct path ([`Config::direct_eager`]). For
@@ -1085,7 +1087,7 @@ impl Core {
     /// True once every send is written and acknowledged, so closing now
     /// loses nothing.
     pub fn is_quiescent(&self) -> bool {
-        self.peers.values().all(|p| p.nothing_out() || p.failed.is_some() || p.closed_by_peer)
+        self.peers.values().all(|p| !p.awaits_acks())
     }
 
     // ----- outputs -----

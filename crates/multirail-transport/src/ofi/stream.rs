@@ -145,6 +145,7 @@ const MAGIC: &[u8; 4] = b"MRO6";
 /// Side channel: "I sleep, having received this many of your messages"
 /// (the byte, then a u64, little-endian).
 const NOTICE: u8 = b'S';
+/// Bytes of a notice or a bye ([`side_message`]).
 const NOTICE_LEN: usize = 9;
 /// Side channel: "wake up" (the answer to a notice, once the messages it
 /// did not count are posted).
@@ -1028,9 +1029,7 @@ impl OfiStream {
     /// Doorbell mode, before a sleep: tells the peer how many of its
     /// messages we received. False if it could not be written (stay awake).
     fn send_notice(&mut self) -> bool {
-        let mut m = [0u8; NOTICE_LEN];
-        m[0] = NOTICE;
-        m[1..].copy_from_slice(&self.recvd.to_le_bytes());
+        let m = side_message(NOTICE, self.recvd);
         // A 9-byte write to a socket whose other bytes are single rings and
         // notices, one outstanding each way: it fits whole or not at all.
         match Write::write(&mut self.side, &m) {
@@ -1233,6 +1232,15 @@ fn preferred_rxm_env_of(set: impl Fn(&str) -> bool) -> Vec<(&'static str, String
         vars.push(("FI_OFI_RXM_MSG_RX_SIZE", RXM_MSG_RX_PREFERRED.to_string()));
     }
     vars
+}
+
+/// A notice or a bye on the side channel: the byte `kind`, then `count`
+/// (little-endian).
+fn side_message(kind: u8, count: u64) -> [u8; NOTICE_LEN] {
+    let mut m = [0u8; NOTICE_LEN];
+    m[0] = kind;
+    m[1..].copy_from_slice(&count.to_le_bytes());
+    m
 }
 
 fn setup_message(provider: &str, addr: &[u8], flags: u8, eager: usize) -> Vec<u8> {
@@ -1475,9 +1483,7 @@ impl ByteStream for OfiStream {
             // Sends still in the provider at `by` are lost with the
             // process, as over a connection that breaks.
             self.linger(by);
-            let mut m = [0u8; NOTICE_LEN];
-            m[0] = BYE;
-            m[1..].copy_from_slice(&self.posted.to_le_bytes());
+            let m = side_message(BYE, self.posted);
             // Best effort: a side channel too full for 9 bytes (a peer
             // that has not read for long) gets the end alone.
             let _ = Write::write(&mut self.side, &m);
@@ -1963,9 +1969,7 @@ mod tests {
         // A bye counting one message more than ever comes: the end is
         // reported once BYE_WAIT has passed.
         let Some((a, mut b)) = pair_full(&tcp_loopback(), None, None, None, doorbell) else { return };
-        let mut bye = vec![BYE];
-        bye.extend_from_slice(&(a.posted + 1).to_le_bytes());
-        Write::write_all(&mut (&a.side), &bye).unwrap();
+        Write::write_all(&mut (&a.side), &side_message(BYE, a.posted + 1)).unwrap();
         read_side_until(&mut b, |b| b.peer_bye.is_some());
         let mut buf = [0u8; 8];
         assert_eq!(b.read(&mut buf).map_err(|e| e.kind()), Err(io::ErrorKind::WouldBlock), "waits for it");
@@ -2142,11 +2146,7 @@ mod tests {
     #[test]
     fn doorbell_a_notice_is_answered_by_what_was_posted() {
         let Some((mut a, mut b)) = doorbell_pair() else { return };
-        let notice = |k: u64| {
-            let mut m = vec![NOTICE];
-            m.extend_from_slice(&k.to_le_bytes());
-            m
-        };
+        let notice = |k: u64| side_message(NOTICE, k);
         let posted = a.posted;
         assert!(posted >= 1);
         // Split in two writes: a notice read in part is kept.
