@@ -122,6 +122,14 @@ pub struct Config {
     /// (false), on the CQ's wait fd where the provider has one
     /// (docs/rails/ofi.md).
     pub ofi_doorbell: bool,
+    /// When an `ofi:` rail's provider connections are made
+    /// (MULTIRAIL_OFI_CONNECT): `Some(true)` (`setup`) by a first message
+    /// each way while the rail is set up, `Some(false)` (`first`) by the
+    /// first message of the job; `None` (`auto`): at setup where this host
+    /// runs more than [`crate::cpus::SPIN_RANKS_PER_CPU`] ranks per CPU
+    /// (decided in [`crate::Endpoint::from_job`]), else at the first
+    /// message. Either side asking is enough (docs/rails/ofi.md, Setup).
+    pub ofi_connect: Option<bool>,
     /// Payloads of at least this many bytes cross a `shm` rail by single
     /// copy (`process_vm_readv`) where the kernel allows it; `None`: never
     /// (MULTIRAIL_SHM_CMA: `off`, the default; `on` = 64K; or a size).
@@ -151,6 +159,7 @@ impl Default for Config {
             ofi_send: None,
             ofi_rma: OfiRma::Auto,
             ofi_doorbell: true,
+            ofi_connect: None,
             // Off: measured slower than the ring on an idle machine
             // (docs/rails/shm.md, "Single copy").
             shm_cma: None,
@@ -442,6 +451,14 @@ impl Config {
                 "auto" => true,
                 "fd" => false,
                 _ => return Err(bad("MULTIRAIL_OFI_WAIT", &v, "expected auto or fd")),
+            };
+        }
+        if let Some(v) = env("MULTIRAIL_OFI_CONNECT") {
+            self.ofi_connect = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => None,
+                "setup" => Some(true),
+                "first" => Some(false),
+                _ => return Err(bad("MULTIRAIL_OFI_CONNECT", &v, "expected auto, setup or first")),
             };
         }
         if let Some(v) = env("MULTIRAIL_SHM_CMA") {

@@ -131,6 +131,14 @@ impl Builder {
         self.cfg.ofi_doorbell = on;
         self
     }
+    /// When `ofi:` rails make their provider connections
+    /// (MULTIRAIL_OFI_CONNECT): `Some(true)` at setup, `Some(false)` at
+    /// the first message, `None` (the default) at setup where the host
+    /// runs more than 2 ranks per CPU ([`crate::Config::ofi_connect`]).
+    pub fn ofi_connect(mut self, at_setup: Option<bool>) -> Builder {
+        self.cfg.ofi_connect = at_setup;
+        self
+    }
     pub fn key(mut self, key: impl Into<Vec<u8>>) -> Builder {
         self.cfg.key = Some(key.into());
         self
@@ -238,6 +246,11 @@ impl Endpoint {
                 crate::cpus::SPIN_RANKS_PER_CPU
             );
             cfg.spin = Duration::ZERO;
+        }
+        if cfg.ofi_connect.is_none() {
+            // Crowded: a peer's first message may find this rank busy
+            // elsewhere or asleep for long (docs/rails/ofi.md, Setup).
+            cfg.ofi_connect = Some(!crate::cpus::may_spin(job.local_size, cpus));
         }
         let root = match (&job.root, job.size) {
             (_, 1) => None,

@@ -37,7 +37,8 @@ pub(crate) fn open(
     // endpoint, took up to 9 s per rail with 64 ranks on this 2-core
     // machine (2026-11-29), so it gets the job setup's time, not HELLO's.
     let wait = cfg.handshake_timeout.max(cfg.setup_timeout);
-    let stream = OfiStream::over_side_channel(target, ctl, wait, cfg.ofi_send, lend, doorbell)?;
+    let connect = cfg.ofi_connect.unwrap_or(false);
+    let stream = OfiStream::over_side_channel(target, ctl, wait, cfg.ofi_send, lend, doorbell, connect)?;
     tracing::debug!("{}: {}", caps.name, stream.describe());
     let rail = StreamRail::over(stream, caps, cfg.proto.limits);
     Ok(match fault {

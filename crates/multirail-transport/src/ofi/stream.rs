@@ -141,7 +141,10 @@ const POLL_BACKOFF_MAX: u32 = 5;
 /// notices ([`NOTICE`]) and rings ([`RING`]) (see "Sleeping" in the
 /// module docs); version 4 sent nothing there.
 /// Version 6 (`MRO6`): and a [`BYE`] before the end ("Closing in order").
-const MAGIC: &[u8; 4] = b"MRO6";
+/// Version 7 (`MRO7`): flag [`FLAG_CONNECT`]: after `READY` each side
+/// sends a message of the header alone and waits for the peer's
+/// ([`OfiStream::connect`]).
+const MAGIC: &[u8; 4] = b"MRO7";
 /// Side channel: "I sleep, having received this many of your messages"
 /// (the byte, then a u64, little-endian).
 const NOTICE: u8 = b'S';
@@ -162,6 +165,9 @@ pub const BYE_WAIT: Duration = Duration::from_secs(1);
 const SIDE_EVERY_NOTICES: u32 = 32;
 /// Setup flag: the endpoint was opened with RMA and serves and makes reads.
 const FLAG_RMA: u8 = 1;
+/// Setup flag: exchange a first message before returning
+/// ([`OfiStream::connect`]); either side asking is enough.
+const FLAG_CONNECT: u8 = 2;
 /// Read buffers of a stream that reads lent payloads, each of
 /// [`READ_CHUNK`] bytes (allocated at the first lent payload).
 pub const READ_SLOTS: usize = 8;
@@ -353,6 +359,9 @@ pub struct OfiStream {
     /// message carried.
     reads_done: u32,
     reads_told: u32,
+    /// How long the first messages took to cross at setup, if they did
+    /// ([`OfiStream::connect`]).
+    connected_in: Option<Duration>,
 }
 
 // SAFETY: the raw pointers are the endpoint's registrations and buffers,
@@ -378,6 +387,8 @@ impl OfiStream {
     /// opened without RMA, and neither side lends.
     /// `doorbell`: the CQ gets no wait fd, and this side sleeps by notices
     /// and rings on the side channel ("Sleeping" in the module docs).
+    /// `connect`: both sides exchange a first message before returning
+    /// ([`OfiStream::connect`]), as they do when the peer asks.
     pub fn over_side_channel(
         sel: &Selector,
         mut side: TcpStream,
@@ -385,6 +396,7 @@ impl OfiStream {
         send: Option<usize>,
         lend: Option<usize>,
         doorbell: bool,
+        connect: bool,
     ) -> Result<OfiStream, String> {
         side.set_nonblocking(false).map_err(|e| e.to_string())?;
         side.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
@@ -392,7 +404,7 @@ impl OfiStream {
         let mut ep = OfiEndpoint::open(sel, lend.is_some(), !doorbell)?;
         let provider = ep.provider();
         let addr = ep.address().map_err(|e| e.to_string())?;
-        let flags = if ep.rma() { FLAG_RMA } else { 0 };
+        let flags = (if ep.rma() { FLAG_RMA } else { 0 }) | (if connect { FLAG_CONNECT } else { 0 });
         let eager = rxm_eager_limit();
         side.write_all(&setup_message(&provider, &addr, flags, eager))
             .map_err(|e| format!("sending our address: {e}"))?;
@@ -422,7 +434,62 @@ impl OfiStream {
             return Err("the peer sent something else than 'ready' on the side channel".into());
         }
         stream.side.set_nonblocking(true).map_err(|e| e.to_string())?;
+        // Either side may ask; both then exchange.
+        if connect || peer_flags & FLAG_CONNECT != 0 {
+            // The lower address sends first, the other answers it: rxm
+            // sets up one connection, not two that cross.
+            stream.connect(addr <= peer_addr, timeout)?;
+        }
         Ok(stream)
+    }
+
+    /// Both sides post a message of the header alone, `first` at once,
+    /// the other once the peer's came, and drive the provider until their
+    /// own has completed and the peer's has arrived, at most `timeout`.
+    /// Through rxm, the first message one way sets up its connection,
+    /// which needs the peer's progress: done here, while both sides are
+    /// sure to be reading, and not at the first message of the job, whose
+    /// peer may be busy elsewhere or asleep.
+    fn connect(&mut self, first: bool, timeout: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            {
+                let _libfabric = super::lock();
+                self.check_side();
+                if self.filled == 0 && (first || self.recvd > 0) {
+                    let i = (self.filled % SLOTS as u64) as usize;
+                    self.send_len[i] = HEADER;
+                    self.filled += 1;
+                }
+                // By fi_send, not inject: its completion says it was
+                // written, so it arrives whether or not anyone drives our
+                // provider after we return.
+                self.no_inject = true;
+                let r = self.progress();
+                self.no_inject = false;
+                r?;
+                if self.filled > 0 && self.completed == self.filled && self.recvd > 0 {
+                    self.connected_in = Some(start.elapsed());
+                    return Ok(());
+                }
+            }
+            if self.peer_gone {
+                return Err("the peer closed the side channel before its first message came".into());
+            }
+            if start.elapsed() >= timeout {
+                let what = if self.completed < self.filled {
+                    "the provider did not send our first message"
+                } else {
+                    "the peer's first message did not come"
+                };
+                return Err(format!(
+                    "{what} within {} s (the peer's process is stalled or the provider's connection \
+                     cannot be made; MULTIRAIL_SETUP_TIMEOUT sets the wait)",
+                    timeout.as_secs_f64()
+                ));
+            }
+            std::thread::sleep(POLL_EVERY);
+        }
     }
 
     fn new(ep: OfiEndpoint, peer: sys::fi_addr_t, side: TcpStream, send: Option<usize>) -> Result<OfiStream, OfiError> {
@@ -508,6 +575,7 @@ impl OfiStream {
             reads: None,
             reads_done: 0,
             reads_told: 0,
+            connected_in: None,
         };
         // Receives the provider cannot take yet (-FI_EAGAIN) are posted by
         // the next read, in order.
@@ -533,8 +601,12 @@ impl OfiStream {
             (true, Some(n)) => format!("RMA reads, lends payloads of {n} bytes and more"),
         };
         let send = self.send_max + HEADER;
+        let first = match self.connected_in {
+            Some(t) => format!("; first messages crossed at setup in {:.1} ms", t.as_secs_f64() * 1e3),
+            None => String::new(),
+        };
         format!(
-            "{} domain {} ({directed}, {wait}, {rma}, {send} bytes per fi_send)",
+            "{} domain {} ({directed}, {wait}, {rma}, {send} bytes per fi_send{first})",
             self.ep.provider(),
             self.ep.domain_name()
         )
@@ -1691,11 +1763,24 @@ mod tests {
         lend_b: Option<usize>,
         doorbell: bool,
     ) -> Option<(OfiStream, OfiStream)> {
+        pair_connecting(sel, send, lend_a, lend_b, doorbell, false)
+    }
+
+    /// `connect`: the first messages cross at setup
+    /// ([`OfiStream::connect`]), as on a crowded host.
+    fn pair_connecting(
+        sel: &Selector,
+        send: Option<usize>,
+        lend_a: Option<usize>,
+        lend_b: Option<usize>,
+        doorbell: bool,
+        connect: bool,
+    ) -> Option<(OfiStream, OfiStream)> {
         let (a, b) = pair_streams();
         let t = Duration::from_secs(20);
         let sel2 = sel.clone();
-        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t, send, lend_b, doorbell));
-        let a = OfiStream::over_side_channel(sel, a, t, send, lend_a, doorbell);
+        let hb = std::thread::spawn(move || OfiStream::over_side_channel(&sel2, b, t, send, lend_b, doorbell, connect));
+        let a = OfiStream::over_side_channel(sel, a, t, send, lend_a, doorbell, connect);
         let b = hb.join().unwrap();
         match (a, b) {
             (Ok(a), Ok(b)) => Some((a, b)),
@@ -2139,6 +2224,51 @@ mod tests {
         assert_eq!(&got, b"first");
     }
 
+    /// Through rxm, the first message one way waits for a connection that
+    /// needs the peer's progress. A pair set up with `connect` made it,
+    /// so a message is taken at once while the peer reads nothing (asleep,
+    /// or busy elsewhere: 64 ranks on 2 CPUs left messages unacknowledged
+    /// for 10 s that way); a pair set up without has to wait.
+    #[test]
+    fn a_pair_that_connected_at_setup_takes_the_first_message_while_the_peer_reads_nothing() {
+        let Some((mut a, b)) = pair_connecting(&tcp_loopback(), None, None, None, false, true) else { return };
+        assert!(a.recvd == 1 && b.recvd == 1, "one message each way at setup");
+        eprintln!("{}", a.describe());
+        for i in 0..3u8 {
+            write_all(&mut a, &[i; 100]);
+            assert_eq!(a.posted, a.filled, "message {i} was taken at once");
+        }
+        let Some((mut a, b)) = pair(&tcp_loopback()) else { return };
+        write_all(&mut a, b"first");
+        assert!(a.posted < a.filled, "without, the first message waits for the peer");
+        drop(b);
+    }
+
+    /// One side asking for the first messages at setup is enough: both
+    /// exchange them (each decides from its own host's crowding, and a
+    /// side waiting for a first message the other never sends would
+    /// wait out the setup timeout).
+    #[test]
+    fn either_side_asking_makes_both_exchange_first_messages() {
+        for asks in [true, false] {
+            let (a, b) = pair_streams();
+            let t = Duration::from_secs(20);
+            let hb = std::thread::spawn(move || {
+                OfiStream::over_side_channel(&tcp_loopback(), b, t, None, None, false, !asks)
+            });
+            let a = OfiStream::over_side_channel(&tcp_loopback(), a, t, None, None, false, asks);
+            let (a, b) = match (a, hb.join().unwrap()) {
+                (Ok(a), Ok(b)) => (a, b),
+                (Err(e), _) | (_, Err(e)) if e.contains("offers no reliable-datagram") => {
+                    eprintln!("skipped: {e}");
+                    return;
+                }
+                (a, b) => panic!("setup failed: {:?} / {:?}", a.err(), b.err()),
+            };
+            assert_eq!((a.recvd, b.recvd, a.completed, b.completed), (1, 1, 1, 1), "asks: {asks}");
+        }
+    }
+
     /// Doorbell mode, the sender's side: a notice that counts fewer
     /// messages than were posted (the rest crossed it) is answered by a
     /// ring at once; one that counts all of them makes the next post ring;
@@ -2477,7 +2607,7 @@ mod tests {
     fn a_peer_that_is_not_an_ofi_rail_is_refused() {
         let (mut a, b) = pair_streams();
         a.write_all(b"MRSH\x03abc").unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false, false)
             .err()
             .expect("refused");
         assert!(e.contains("not an ofi rail"), "{e}");
@@ -2487,7 +2617,7 @@ mod tests {
         let mut old = setup_message("tcp;ofi_rxm", &[1], 0, RXM_EAGER_DEFAULT);
         old[..4].copy_from_slice(b"MRO3");
         a.write_all(&old).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false, false)
             .err()
             .expect("refused");
         assert!(e.contains("another version of the ofi rail"), "{e}");
@@ -2495,7 +2625,7 @@ mod tests {
         let mut m = setup_message("tcp;ofi_rxm", &[1], 0, RXM_EAGER_DEFAULT);
         m[4 + 1 + 11..4 + 1 + 11 + 2].copy_from_slice(&60_000u16.to_le_bytes());
         a.write_all(&m).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false, false)
             .err()
             .expect("refused");
         assert!(e.contains("address of 60000 bytes"), "{e}");
@@ -2503,7 +2633,7 @@ mod tests {
         // before its address is used (the real peer would hang).
         let (mut a, b) = pair_streams();
         a.write_all(&setup_message("tcp;ofi_rxm", &[1], 0, rxm_eager_limit() + 1)).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false, false)
             .err()
             .expect("refused");
         assert!(e.contains("rxm's eager limit") && e.contains("at the peer"), "{e}");
@@ -2515,7 +2645,7 @@ mod tests {
         // nothing (its side stays open).
         let (mut a, b) = pair_streams();
         a.write_all(&setup_message("tcp;ofi_rxm", &[1, 2, 3], 0, rxm_eager_limit())[..7]).unwrap();
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_millis(200), None, None, false)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_millis(200), None, None, false, false)
             .err()
             .expect("gave up");
         assert!(e.contains("reading the peer's libfabric address: nothing came from the peer for 200ms"), "{e}");
@@ -2523,7 +2653,7 @@ mod tests {
         // A peer that is gone is named as such.
         let (a, b) = pair_streams();
         drop(a);
-        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false)
+        let e = OfiStream::over_side_channel(&tcp_loopback(), b, Duration::from_secs(5), None, None, false, false)
             .err()
             .expect("gave up");
         assert!(e.contains("reading the peer's libfabric address") && !e.contains("nothing came"), "{e}");
