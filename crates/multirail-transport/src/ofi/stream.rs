@@ -2062,6 +2062,33 @@ mod tests {
         drop(a);
     }
 
+    /// A peer that reads nothing returns no credits: a closing stream
+    /// with messages it cannot post waits for them only until the time it
+    /// was given, then says bye with what it posted; those arrive, the
+    /// rest is lost as with a connection that breaks.
+    #[test]
+    fn a_peer_that_reads_nothing_holds_a_close_only_for_its_time() {
+        let Some((mut a, b)) = pair(&tcp_loopback()) else { return };
+        let m = [7u8; 100];
+        for _ in 0..SLOTS {
+            write_all(&mut a, &m);
+        }
+        assert!(a.posted < a.filled, "more written than the credits let post");
+        let given = Duration::from_secs(1);
+        let start = Instant::now();
+        a.close(start + given);
+        let took = start.elapsed();
+        assert!(took >= given, "gave up after {took:?}, before its time");
+        assert!(took < given * 5, "held for {took:?}");
+        assert!(a.shut && a.posted < a.filled);
+        let posted = a.posted;
+        drop(a);
+        let mut b = b;
+        let got = read_to_end(&mut b);
+        assert_eq!(got.len() as u64, posted * m.len() as u64, "what was posted arrives");
+        assert_eq!(b.peer_bye.map(|(k, _)| k), Some(posted));
+    }
+
     #[test]
     fn a_closed_stream_hands_over_its_last_messages_with_the_wait_fd() {
         a_closed_stream_hands_over_its_last_messages(false);
