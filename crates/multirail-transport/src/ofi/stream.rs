@@ -457,9 +457,7 @@ impl OfiStream {
                 let _libfabric = super::lock();
                 self.check_side();
                 if self.filled == 0 && (first || self.recvd > 0) {
-                    let i = (self.filled % SLOTS as u64) as usize;
-                    self.send_len[i] = HEADER;
-                    self.filled += 1;
+                    self.fill_header_only();
                 }
                 // By fi_send, not inject: its completion says it was
                 // written, so it arrives whether or not anyone drives our
@@ -657,9 +655,7 @@ impl OfiStream {
                 if !(self.credits.wants_return() || tell) || self.filled - self.completed >= SLOTS as u64 {
                     return Ok(());
                 }
-                let i = (self.filled % SLOTS as u64) as usize;
-                self.send_len[i] = HEADER;
-                self.filled += 1;
+                self.fill_header_only();
             }
             if !self.credits.may_post() {
                 return Ok(());
@@ -716,6 +712,15 @@ impl OfiStream {
                 self.ring();
             }
         }
+    }
+
+    /// Fills the next send slot with a message of the header alone (the
+    /// header is written when it is posted). The caller checked that the
+    /// slot is free.
+    fn fill_header_only(&mut self) {
+        let i = (self.filled % SLOTS as u64) as usize;
+        self.send_len[i] = HEADER;
+        self.filled += 1;
     }
 
     /// Reads the CQ and records what completed, then posts what waits.
@@ -1131,9 +1136,7 @@ impl OfiStream {
         if self.posted < self.filled || self.filled - self.completed >= SLOTS as u64 || !self.credits.may_post() {
             return false;
         }
-        let i = (self.filled % SLOTS as u64) as usize;
-        self.send_len[i] = HEADER;
-        self.filled += 1;
+        self.fill_header_only();
         self.no_inject = true;
         let r = self.post_sends();
         self.no_inject = false;
