@@ -436,29 +436,27 @@ impl OfiStream {
         stream.side.set_nonblocking(true).map_err(|e| e.to_string())?;
         // Either side may ask; both then exchange.
         if connect || peer_flags & FLAG_CONNECT != 0 {
-            // The lower address sends first, the other answers it: rxm
-            // sets up one connection, not two that cross.
-            stream.connect(addr <= peer_addr, timeout)?;
+            stream.connect(timeout)?;
         }
         Ok(stream)
     }
 
-    /// Both sides post a message of the header alone, `first` at once,
-    /// the other once the peer's came, and drive the provider until their
-    /// own has completed and the peer's has arrived, at most `timeout`.
+    /// Both sides post a message of the header alone at once and drive
+    /// the provider until their own has completed and the peer's has
+    /// arrived, at most `timeout`. (rxm resolves the two connection
+    /// requests that cross; an end that waited for the other's message
+    /// before sending its own made 64 ranks on 2 CPUs slower.)
     /// Through rxm, the first message one way sets up its connection,
     /// which needs the peer's progress: done here, while both sides are
     /// sure to be reading, and not at the first message of the job, whose
     /// peer may be busy elsewhere or asleep.
-    fn connect(&mut self, first: bool, timeout: Duration) -> Result<(), String> {
+    fn connect(&mut self, timeout: Duration) -> Result<(), String> {
         let start = Instant::now();
+        self.fill_header_only();
         loop {
             {
                 let _libfabric = super::lock();
                 self.check_side();
-                if self.filled == 0 && (first || self.recvd > 0) {
-                    self.fill_header_only();
-                }
                 // By fi_send, not inject: its completion says it was
                 // written, so it arrives whether or not anyone drives our
                 // provider after we return.
@@ -466,7 +464,7 @@ impl OfiStream {
                 let r = self.progress();
                 self.no_inject = false;
                 r?;
-                if self.filled > 0 && self.completed == self.filled && self.recvd > 0 {
+                if self.completed == self.filled && self.recvd > 0 {
                     self.connected_in = Some(start.elapsed());
                     return Ok(());
                 }
