@@ -443,13 +443,14 @@ impl OfiStream {
 
     /// Both sides post a message of the header alone at once and drive
     /// the provider until their own has completed and the peer's has
-    /// arrived, at most `timeout`. (rxm resolves the two connection
-    /// requests that cross; an end that waited for the other's message
-    /// before sending its own made 64 ranks on 2 CPUs slower.)
+    /// arrived, at most `timeout`.
+    ///
     /// Through rxm, the first message one way sets up its connection,
     /// which needs the peer's progress: done here, while both sides are
     /// sure to be reading, and not at the first message of the job, whose
-    /// peer may be busy elsewhere or asleep.
+    /// peer may be busy elsewhere or asleep. rxm resolves the two
+    /// connection requests that cross; an end that waited for the other's
+    /// message before sending its own made 64 ranks on 2 CPUs slower.
     fn connect(&mut self, timeout: Duration) -> Result<(), String> {
         let start = Instant::now();
         self.fill_header_only();
