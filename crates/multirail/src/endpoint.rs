@@ -133,8 +133,11 @@ impl Builder {
     }
     /// When `ofi:` rails make their provider connections
     /// (MULTIRAIL_OFI_CONNECT): `Some(true)` at setup, `Some(false)` at
-    /// the first message, `None` (the default) at setup where the host
-    /// runs more than 2 ranks per CPU ([`crate::Config::ofi_connect`]).
+    /// the first message. `None` (the default) is decided from the ranks
+    /// on this host only for an endpoint of a launched job
+    /// ([`Endpoint::from_job`], [`crate::Config::ofi_connect`]); an
+    /// endpoint built here does not know them, and connects at the first
+    /// message unless a peer asks.
     pub fn ofi_connect(mut self, at_setup: Option<bool>) -> Builder {
         self.cfg.ofi_connect = at_setup;
         self
