@@ -199,6 +199,9 @@ pub struct Sim {
     wire: Wire,
     /// Frames that reached a silently-down link, by link, in order.
     held: BTreeMap<(PeerId, PeerId, RailId), Vec<Arrival>>,
+    /// Frames that arrived where their receiver does not read now (see
+    /// [`Sim::stop_reading`]), by (receiver, sender, rail), in order.
+    unread: BTreeMap<(PeerId, PeerId, RailId), Vec<Arrival>>,
     attempts: Vec<Attempt>,
     crashed: Vec<bool>,
     paused_until: Vec<Time>,
@@ -270,6 +273,7 @@ impl Sim {
             phys,
             wire: Wire::default(),
             held: BTreeMap::new(),
+            unread: BTreeMap::new(),
             attempts: Vec::new(),
             crashed: vec![false; n as usize],
             paused_until: vec![Time::ZERO; n as usize],
@@ -491,6 +495,23 @@ impl Sim {
         self.paused_until[node as usize] = self.now + d;
     }
 
+    /// `node` leaves what arrives from `from` on rail `r` unread (its
+    /// socket keeps it) until [`Sim::read_again`]: an engine that reads
+    /// that rail's socket later in its round than it runs its timers, or a
+    /// receiver behind on one connection. Nothing is lost.
+    pub fn stop_reading(&mut self, node: PeerId, from: PeerId, r: RailId) {
+        self.unread.entry((node, from, r)).or_default();
+    }
+
+    /// `node` reads rail `r` from `from` again: what waited is taken now,
+    /// in order.
+    pub fn read_again(&mut self, node: PeerId, from: PeerId, r: RailId) {
+        for (i, mut f) in self.unread.remove(&(node, from, r)).unwrap_or_default().into_iter().enumerate() {
+            f.at = self.now + Duration::from_nanos(i as u64);
+            self.wire.arrivals.push(Reverse(f));
+        }
+    }
+
     fn paused(&self, node: PeerId) -> bool {
         self.crashed[node as usize] || self.paused_until[node as usize] > self.now
     }
@@ -623,6 +644,10 @@ impl Sim {
                 }
                 Phys::Up => {}
             }
+            if let Some(q) = self.unread.get_mut(&(a.to, a.from, a.rail)) {
+                q.push(a);
+                continue;
+            }
             if self.paused_until[a.to as usize] > self.now {
                 // Its kernel keeps the bytes until it runs again.
                 waiting.push(a);
@@ -695,7 +720,8 @@ impl Sim {
         // Bytes streaming over a busy link keep it alive at the receiver.
         for (&(from, to, rail), l) in &self.links {
             let flowing = l.connected && self.phys[&key(from, to, rail)] == Phys::Up && l.free_at > now;
-            if flowing && !self.crashed[to as usize] && self.paused_until[to as usize] <= now {
+            let read = !self.unread.contains_key(&(to, from, rail));
+            if flowing && read && !self.crashed[to as usize] && self.paused_until[to as usize] <= now {
                 self.nodes[to as usize].rail_activity(from, rail, now);
             }
         }

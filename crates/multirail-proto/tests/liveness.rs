@@ -526,6 +526,82 @@ fn a_starved_peer_that_answers_late_is_waited_for_never_suspected_or_failed() {
     assert_eq!((suspects, retransmits), (0, 0), "{st:?}");
 }
 
+/// Rail 0's suspicions at rank 0.
+fn suspicions(sim: &Sim) -> u64 {
+    stats(sim, 0, 1)[0].suspects
+}
+
+/// Rank 0 streams 1 MiB messages to rank 1 over two rails. From `t0`,
+/// rank 0's fragments on rail 0 go unanswered: rank 1 is behind on that
+/// rail (`dead` false; its answers come once it reads again) or the link
+/// is silently gone (`dead`). At `t0 + after` rank 0 is off its CPU for 50
+/// ms; meanwhile rank 1 catches up, so its answers wait in rank 0's
+/// sockets. Back on its CPU, rank 0 runs its timers before it reads those
+/// sockets (the polled engine reads the sockets epoll reports after the
+/// timers), then reads them. Returns rail 0's suspicions at rank 0 before
+/// the stall and at the end, and the longest delivery stall from `t0`.
+fn stall_after_late_answers(after: Duration, dead: bool) -> (u64, u64, Duration) {
+    let mut sim = Sim::new(2, &rails(2), cfg());
+    let mut st = Stream::start(&mut sim, mib(300));
+    st.run_for(&mut sim, ms(100));
+    let t0 = sim.now;
+    if dead {
+        sim.link_down(0, 1, 0);
+    } else {
+        sim.stop_reading(1, 0, 0);
+    }
+    let mut stall = longest_stall(&mut sim, &mut st, t0, t0 + after);
+    let before = suspicions(&sim);
+    let back = sim.now + ms(50);
+    sim.pause(0, ms(50));
+    for rail in 0..2 {
+        sim.stop_reading(0, 1, rail);
+    }
+    if !dead {
+        sim.read_again(1, 0, 0);
+    }
+    // Up to and including the round in which rank 0 comes back.
+    stall = stall.max(longest_stall(&mut sim, &mut st, t0, back + Duration::from_nanos(1)));
+    for rail in 0..2 {
+        sim.read_again(0, 1, rail);
+    }
+    let until = sim.now + ms(300);
+    stall = stall.max(longest_stall(&mut sim, &mut st, t0, until));
+    st.finish(&mut sim, Duration::from_secs(60));
+    (before, suspicions(&sim), stall)
+}
+
+#[test]
+fn a_rank_back_from_a_stall_reads_a_rail_before_it_blames_it() {
+    // Whatever the moment of the stall relative to rail 0's deadline and
+    // grace: a rail not blamed before the stall is not blamed because of
+    // it (its answers were there, unread). Blamed before the stall means
+    // the late answers alone (30 ms and more) made it suspect: that is
+    // the detector's job, and not what this is about.
+    let mut covered = 0;
+    for after in (14..=40).step_by(2).map(ms) {
+        let (before, total, stall) = stall_after_late_answers(after, false);
+        eprintln!("answers late for {after:?}, then a 50 ms stall: suspicions {before} -> {total}, stall {stall:?}");
+        if before == 0 {
+            covered += 1;
+            assert_eq!(total, 0, "rail 0 blamed after a stall of its own rank, answers late for {after:?}");
+        }
+    }
+    assert!(covered >= 6, "the stall came before any blame in only {covered} cases");
+}
+
+#[test]
+fn a_dead_link_is_still_blamed_by_a_rank_back_from_a_stall() {
+    // The same stalls with rail 0's link gone: the rank that came back
+    // reads, gives the rail one more grace, and blames it then.
+    for after in (14..=40).step_by(2).map(ms) {
+        let (_, total, stall) = stall_after_late_answers(after, true);
+        eprintln!("link dead, a 50 ms stall {after:?} later: suspicions {total}, longest stall {stall:?}");
+        assert!(total >= 1, "rail 0 never blamed (stall {after:?} after the loss)");
+        assert!(stall <= ms(50 + 60), "delivery stalled {stall:?} (stall {after:?} after the loss)");
+    }
+}
+
 #[test]
 fn a_dead_link_is_blamed_within_tens_of_milliseconds_when_the_other_rail_is_idle() {
     // One small message at a time: all on one rail, the other idle, so no

@@ -27,7 +27,10 @@
 //!   that evidence out of an idle rail, and the rail is looked at again
 //!   every quarter RTO. A dead link under a live peer is routed around
 //!   about 3/4 RTO after its deadline; a peer silent everywhere only
-//!   pauses (and the peer timeout below still applies).
+//!   pauses (and the peer timeout below still applies). A look that comes
+//!   long after the blame was due means this rank itself was off its CPU
+//!   (`ran_late`): the rail gets one more grace, once per deadline, so the
+//!   rank reads what came before it blames.
 //! * **Not the last rail.** Suspecting the only usable rail would move its
 //!   data nowhere: it is probed instead, and its overdue fragments wait
 //!   (TCP delivers them when the link returns). Rails never opened
@@ -143,6 +146,25 @@ pub(crate) fn stuck_since(cfg: &Config, p: &Peer, rail: RailId) -> Option<Time> 
 fn grace(cfg: &Config, r: &RailState, d: Time) -> Duration {
     rto(cfg, r, d) / 2
 }
+
+/// Whether this rank looks at `r`, due for blame (past deadline `d`, its
+/// peer heard elsewhere at `h`), at `now` so long after the blame was due
+/// (`h` plus the grace) that it was itself late: more than half the grace
+/// (at least [`LATE_MIN`]) after. A rank taken off its CPU for a while
+/// (an oversubscribed host, a hypervisor's steal) runs its timers when it
+/// comes back, and the engine may run them before it has read every
+/// socket: the rail's answer may be there, unread, while another rail's
+/// bytes were read. Such a rail is given one more grace from `now`, once
+/// per deadline, so a dead link is still blamed by the next look.
+fn ran_late(cfg: &Config, r: &RailState, d: Time, h: Time, now: Time) -> bool {
+    let g = grace(cfg, r, d);
+    now.since(h + g) > (g / 2).max(LATE_MIN)
+}
+
+/// Least lateness [`ran_late`] counts: timers are run about a millisecond
+/// late at worst by an engine that is on its CPU (epoll's timeout is in
+/// milliseconds).
+pub const LATE_MIN: Duration = Duration::from_millis(2);
 
 /// When a rail past deadline `d` whose peer is silent everywhere is looked
 /// at again.
@@ -283,8 +305,17 @@ impl Core {
                 && usable > 1
                 && let Some((d, ping)) = rail_deadline(&self.cfg, p, i).filter(|&(d, _)| d <= now)
             {
-                let heard = r.overdue.filter(|o| o.deadline == d).and_then(|o| o.heard);
+                let current = r.overdue.filter(|o| o.deadline == d);
+                let heard = current.and_then(|o| o.heard);
+                let excused = current.is_some_and(|o| o.excused);
                 match heard.or_else(|| p.heard_elsewhere(i, d)) {
+                    Some(h) if now >= h + grace(&self.cfg, r, d) && !excused && ran_late(&self.cfg, r, d, h, now) => {
+                        // This rank looks at the rail long after it was
+                        // due: it was off its CPU, and what the rail
+                        // brought meanwhile may be unread. It reads
+                        // before it blames: one more grace from now.
+                        waits.push((i, Overdue { deadline: d, heard: Some(now), checked: now, excused: true }));
+                    }
                     Some(h) if now >= h + grace(&self.cfg, r, d) => {
                         let late = ms(now.since(d) + rto(&self.cfg, r, now));
                         let why = if ping {
@@ -300,7 +331,7 @@ impl Core {
                         if heard.is_none() {
                             silent.push(i);
                         }
-                        waits.push((i, Overdue { deadline: d, heard, checked: now }));
+                        waits.push((i, Overdue { deadline: d, heard, checked: now, excused }));
                     }
                 }
                 continue;

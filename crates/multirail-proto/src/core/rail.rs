@@ -378,6 +378,9 @@ pub(crate) struct Overdue {
     pub heard: Option<Time>,
     /// When the rail was last looked at.
     pub checked: Time,
+    /// The rail was once not blamed because this rank looked at it late
+    /// (see `liveness::ran_late`); the next time it is.
+    pub excused: bool,
 }
 
 /// An answer a rail owes us (see [`RailState::owing`]).
