@@ -7,7 +7,9 @@
 //! the other, every rail at once for less than the peer timeout (the job
 //! pauses) and for good (the job ends, naming the silent rank), and random
 //! losses of random length; and a group of three members that rides out a
-//! silent rail of every length. Every byte is validated,
+//! silent rail of every length; over `ofi:tcp`, a rail failing mid-run and
+//! one down before the start (with the provider's connections made at
+//! setup and at the first message). Every byte is validated,
 //! and every run is bounded in time: a hang fails with a clear message.
 
 mod common;
@@ -202,6 +204,46 @@ fn ofi_failover(tb: &Testbed, rma: bool) {
     let (t, err) = run(&more, "bench over ofi:tcp with a rail lost for good");
     assert!(err.contains("down for the rest of the run"), "{err}");
     assert_eq!(t.lines().last().unwrap().split_whitespace().nth(2), Some("Pass"), "{t}");
+}
+
+/// An `ofi:tcp` rail whose link is down before the job starts, on either
+/// side, with the provider's connections made at setup (the exchange of
+/// first messages, `MULTIRAIL_OFI_CONNECT=setup`, what a crowded host
+/// gets) and at the first message: the job starts on the other rail, and
+/// the rail joins once its link comes up 4 s later, every byte validated.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_rail_down_before_the_start_joins_when_it_comes_up() {
+    let Some(tb) = Testbed::up("ob", "1gbit") else { return };
+    for host in ["host0", "host1"] {
+        for connect in ["setup", "first"] {
+            let ns = format!("{}-{host}", tb.0);
+            let ip = move |state: &str| {
+                let ok = Command::new("ip").args(["-n", &ns, "link", "set", "rail1", state]).status();
+                assert!(ok.is_ok_and(|s| s.success()), "ip link set rail1 {state}");
+            };
+            ip("down");
+            let back = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(4));
+                ip("up");
+            });
+            let what = format!("rail 1 down on {host} before the start, MULTIRAIL_OFI_CONNECT={connect}");
+            // 30 windows of 64 x 1 MiB: about 8 s on one 1 Gbit rail,
+            // past the 4 s.
+            let more = ["--sizes", "1M", "--iterations", "30", "--warmup", "1", "--rail-stats"];
+            let mut cmd = multirail(&bw_over(&tb, "ofi:tcp:rail0,ofi:tcp:rail1", &more));
+            cmd.env("MULTIRAIL_OFI_CONNECT", connect);
+            let o = bounded(cmd, Duration::from_secs(120), &what);
+            back.join().expect("rail1 back up");
+            check(&o, &what);
+            let out = String::from_utf8_lossy(&o.stdout);
+            // Size, MB/s, Validation, rail0 MB, rail0 %, rail1 MB, rail1 %.
+            let last: Vec<&str> = out.lines().last().unwrap_or_default().split_whitespace().collect();
+            assert_eq!(last.get(2), Some(&"Pass"), "{what}: {out}");
+            let rail1: f64 = last.get(5).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            assert!(rail1 > 0.0, "{what}: rail 1 joined once it came up and carried data: {out}");
+        }
+    }
 }
 
 /// Runs `cmd` for at most `limit`; a run that does not end in time is
