@@ -379,7 +379,8 @@ pub(crate) struct Overdue {
     /// When the rail was last looked at.
     pub checked: Time,
     /// The rail was once not blamed because this rank looked at it late
-    /// (see `liveness::ran_late`); the next time it is.
+    /// (see `liveness::ran_late`): at its next look it is blamed however
+    /// late that look comes.
     pub excused: bool,
 }
 
