@@ -217,16 +217,7 @@ fn ofi_rail_down_before_the_start_joins_when_it_comes_up() {
     let Some(tb) = Testbed::up("ob", "1gbit") else { return };
     for host in ["host0", "host1"] {
         for connect in ["setup", "first"] {
-            let ns = format!("{}-{host}", tb.0);
-            let ip = move |state: &str| {
-                let ok = Command::new("ip").args(["-n", &ns, "link", "set", "rail1", state]).status();
-                assert!(ok.is_ok_and(|s| s.success()), "ip link set rail1 {state}");
-            };
-            ip("down");
-            let back = std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_secs(4));
-                ip("up");
-            });
+            let back = down_for(format!("{}-{host}", tb.0), "rail1", Duration::from_secs(4));
             let what = format!("rail 1 down on {host} before the start, MULTIRAIL_OFI_CONNECT={connect}");
             // 30 windows of 64 x 1 MiB: about 8 s on one 1 Gbit rail,
             // past the 4 s.
@@ -244,6 +235,20 @@ fn ofi_rail_down_before_the_start_joins_when_it_comes_up() {
             assert!(rail1 > 0.0, "{what}: rail 1 joined once it came up and carried data: {out}");
         }
     }
+}
+
+/// Sets link `rail` of namespace `ns` down now and up again after `d`, on
+/// a thread whose handle is returned (join it once the run is over).
+fn down_for(ns: String, rail: &'static str, d: Duration) -> std::thread::JoinHandle<()> {
+    let ip = move |state: &str| {
+        let ok = Command::new("ip").args(["-n", &ns, "link", "set", rail, state]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "ip -n {ns} link set {rail} {state}");
+    };
+    ip("down");
+    std::thread::spawn(move || {
+        std::thread::sleep(d);
+        ip("up");
+    })
 }
 
 /// Runs `cmd` for at most `limit`; a run that does not end in time is
@@ -365,18 +370,9 @@ fn a_silent_outage_of_seconds_and_the_rail_rejoins() {
 #[test]
 fn a_rail_down_before_the_start_joins_when_it_comes_up() {
     let Some(tb) = Testbed::up("b", "1gbit") else { return };
-    let host0 = format!("{}-host0", tb.0);
-    let ip = move |state: &str| {
-        let ok = Command::new("ip").args(["-n", &host0, "link", "set", "rail0", state]).status();
-        assert!(ok.is_ok_and(|s| s.success()), "ip link set rail0 {state}");
-    };
     // Rail 0, the rail the job would meet on, is down before the start;
     // it comes up 5 s later, during the run.
-    ip("down");
-    let back = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(5));
-        ip("up");
-    });
+    let back = down_for(format!("{}-host0", tb.0), "rail0", Duration::from_secs(5));
     // 100 x 64 MiB: at least 27 s at the two rails' 250 MB/s, well past
     // the 5 s, and inside the 120 s bound in a debug build that shares the
     // CPUs with the other testbed tests (200 took 73 s alone in a release
