@@ -147,17 +147,16 @@ fn grace(cfg: &Config, r: &RailState, d: Time) -> Duration {
     rto(cfg, r, d) / 2
 }
 
-/// Whether this rank looks at `r`, due for blame (past deadline `d`, its
-/// peer heard elsewhere at `h`), at `now` so long after the blame was due
-/// (`h` plus the grace) that it was itself late: more than half the grace
-/// (at least [`LATE_MIN`]) after. A rank taken off its CPU for a while
+/// Whether this rank looks at a rail due for blame (its peer heard
+/// elsewhere at `h`, the rail's grace `g`) at `now` so long after the
+/// blame was due (`h + g`) that it was itself late: more than half the
+/// grace (at least [`LATE_MIN`]) after. A rank taken off its CPU for a while
 /// (an oversubscribed host, a hypervisor's steal) runs its timers when it
 /// comes back, and the engine may run them before it has read every
 /// socket: the rail's answer may be there, unread, while another rail's
 /// bytes were read. Such a rail is given one more grace from `now`, once
 /// per deadline, so a dead link is still blamed by the next look.
-fn ran_late(cfg: &Config, r: &RailState, d: Time, h: Time, now: Time) -> bool {
-    let g = grace(cfg, r, d);
+fn ran_late(g: Duration, h: Time, now: Time) -> bool {
     now.since(h + g) > (g / 2).max(LATE_MIN)
 }
 
@@ -308,15 +307,16 @@ impl Core {
                 let current = r.overdue.filter(|o| o.deadline == d);
                 let heard = current.and_then(|o| o.heard);
                 let excused = current.is_some_and(|o| o.excused);
+                let g = grace(&self.cfg, r, d);
                 match heard.or_else(|| p.heard_elsewhere(i, d)) {
-                    Some(h) if now >= h + grace(&self.cfg, r, d) && !excused && ran_late(&self.cfg, r, d, h, now) => {
+                    Some(h) if now >= h + g && !excused && ran_late(g, h, now) => {
                         // This rank looks at the rail long after it was
                         // due: it was off its CPU, and what the rail
                         // brought meanwhile may be unread. It reads
                         // before it blames: one more grace from now.
                         waits.push((i, Overdue { deadline: d, heard: Some(now), checked: now, excused: true }));
                     }
-                    Some(h) if now >= h + grace(&self.cfg, r, d) => {
+                    Some(h) if now >= h + g => {
                         let late = ms(now.since(d) + rto(&self.cfg, r, now));
                         let why = if ping {
                             format!("probe unanswered for {late} while the peer answers on other rails")
