@@ -259,11 +259,7 @@ impl Shared {
     /// requests (waking waiters), rails with new output (waking their
     /// drivers), rails the core gave up on (closing them).
     pub fn with_core<R>(&self, f: impl FnOnce(&mut Core, Time) -> R) -> R {
-        let (r, wake) = self.with_core_deferred(f);
-        for i in wake {
-            self.wake_slot(i);
-        }
-        r
+        self.with_core_at(None, f)
     }
 
     /// Like [`Shared::with_core`], but returns the slots with new output
@@ -273,6 +269,23 @@ impl Shared {
         let g = self.lock();
         let now = self.now();
         self.core_then(g, now, f)
+    }
+
+    /// [`Shared::with_core`] at `at`, a clock reading the caller took a
+    /// moment ago (`None`: read the clock now).
+    fn with_core_at<R>(&self, at: Option<Time>, f: impl FnOnce(&mut Core, Time) -> R) -> R {
+        let g = self.lock();
+        let now = at.unwrap_or_else(|| self.now());
+        let (r, wake) = self.core_then(g, now, f);
+        for i in wake {
+            self.wake_slot(i);
+        }
+        r
+    }
+
+    /// `t` on the core's clock.
+    pub fn time_of(&self, t: Instant) -> Time {
+        Time::from_nanos(t.saturating_duration_since(self.origin).as_nanos() as u64)
     }
 
     /// [`Shared::with_core_deferred`] with the lock already taken and the
@@ -440,6 +453,14 @@ impl Shared {
     /// core said so (`wake_pending`, also while the frames just read were
     /// handled), or bytes wait in the rail for the socket.
     pub fn service(&self, i: usize) -> Serviced {
+        self.service_at(i, None)
+    }
+
+    /// [`Shared::service`], with the frames it reads handed to the core
+    /// at `at`, a clock reading the caller took a moment ago (a spinning
+    /// loop's round reads the clock once, not once per frame as well);
+    /// `None`: read the clock for each.
+    pub fn service_at(&self, i: usize, at: Option<Instant>) -> Serviced {
         let s = &self.slots[i];
         let woken = take_flag(&s.wake_pending);
         let mut conn = s.lock_conn();
@@ -450,7 +471,7 @@ impl Shared {
             self.retire(s, rail);
         }
         let Some(rail) = conn.as_mut() else { return Serviced::default() };
-        let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail };
+        let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail, at: at.map(|t| self.time_of(t)) };
         let (more, received) = match rail.poll_recv(&mut sink) {
             Ok(r) => (r.more, r.frames > 0),
             Err(e) => {
@@ -784,6 +805,11 @@ struct CoreSink<'a> {
     shared: &'a Shared,
     peer: PeerId,
     rail: RailId,
+    /// The time the first frame arrives at, if the caller read the clock
+    /// a moment ago (see [`Shared::service_at`]); later frames of the
+    /// same read (up to the rail's read budget: milliseconds of them) read
+    /// the clock.
+    at: Option<Time>,
 }
 
 impl Inner {
@@ -799,9 +825,10 @@ impl Inner {
 impl FrameSink for CoreSink<'_> {
     fn on_header(&mut self, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
         tracing::trace!(peer = self.peer, rail = self.rail, op = ?hdr.op, seq = hdr.seq, off = hdr.offset, len = hdr.frag_len, "rx");
-        self.shared.with_core(|c, now| c.on_header(self.peer, self.rail, hdr, now))
+        self.shared.with_core_at(self.at.take(), |c, now| c.on_header(self.peer, self.rail, hdr, now))
     }
     fn on_payload(&mut self, hdr: &FrameHeader, dest: PayloadDest, complete: bool) -> Result<(), ProtocolError> {
+        // A payload may take long to read: its own time.
         self.shared.with_core(|c, now| c.on_payload(self.peer, self.rail, hdr, dest, complete, now))
     }
     fn on_activity(&mut self) {
@@ -809,6 +836,48 @@ impl FrameSink for CoreSink<'_> {
     }
     fn on_frame(&mut self, hdr: &FrameHeader, payload: &[u8]) -> Result<(), ProtocolError> {
         tracing::trace!(peer = self.peer, rail = self.rail, op = ?hdr.op, seq = hdr.seq, off = hdr.offset, len = hdr.frag_len, "rx");
-        self.shared.with_core(|c, now| c.on_frame(self.peer, self.rail, hdr, payload, now))
+        self.shared.with_core_at(self.at.take(), |c, now| c.on_frame(self.peer, self.rail, hdr, payload, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use multirail_proto::core::{Config, RailCaps};
+    use multirail_proto::wire::Op;
+
+    fn eager(seq: u64) -> (FrameHeader, bytes::Bytes) {
+        let mut h = FrameHeader::new(Op::Eager);
+        (h.seq, h.tag, h.total_len, h.frag_len) = (seq, 1, 8, 8);
+        (h, bytes::Bytes::from_static(&[7; 8]))
+    }
+
+    /// The spinning loop's clock reading dates the first frame a service
+    /// reads (no clock reading of its own); the frames after it in the
+    /// same read read the clock, so a long read does not date them all
+    /// from its start.
+    #[test]
+    fn a_service_dates_its_first_frame_by_the_callers_reading_and_the_rest_by_the_clock() {
+        let mut core = Core::new(Config::default());
+        core.add_peer(1, 1);
+        let shared = Shared::new(core, vec![Arc::new(Slot::new(1, 0, "loopback to rank 1".into()))], 0);
+        let (ours, mut theirs) = multirail_transport::loopback::pair("loopback").unwrap();
+        let caps = RailCaps { host_local: true, ..RailCaps::default() };
+        assert!(shared.install(0, Box::new(ours), ConnId { generation: 1, initiator: 0 }, caps, 1 << 20));
+        let heard = || shared.lock().core.last_heard(1).map(Time::as_nanos);
+        let (h, p) = eager(0);
+        theirs.send(&h, p);
+        theirs.flush().unwrap();
+        let late = shared.origin + Duration::from_secs(1000);
+        assert!(shared.service_at(0, Some(late)).received);
+        assert_eq!(heard(), Some(1_000_000_000_000), "the caller's reading");
+        for seq in [1, 2] {
+            let (h, p) = eager(seq);
+            theirs.send(&h, p);
+        }
+        theirs.flush().unwrap();
+        assert!(shared.service_at(0, Some(late + Duration::from_secs(1000))).received);
+        let last = heard().unwrap();
+        assert!(last < 1_000_000_000_000, "the second frame read the clock: {last} ns");
     }
 }

@@ -582,6 +582,13 @@ impl Peer {
     }
 }
 
+/// Takes element `i` of `q` out. The receive queues are searched from the
+/// front and hit there almost always: `pop_front` then, which costs a
+/// fraction of the general `remove` on every small message.
+pub(crate) fn take_at<T>(q: &mut std::collections::VecDeque<T>, i: usize) -> Option<T> {
+    if i == 0 { q.pop_front() } else { q.remove(i) }
+}
+
 /// Notes that `rail` to `peer` has new output (once).
 pub(crate) fn push_wake(w: &mut Vec<(PeerId, RailId)>, peer: PeerId, rail: RailId) {
     if !w.contains(&(peer, rail)) {
@@ -1031,7 +1038,7 @@ impl Core {
             self.peers.get(&peer).and_then(|p| p.inc.get(&seq)).is_some_and(|m| posted.matches(peer, m.tag))
         });
         if let Some(i) = hit {
-            let (peer, seq) = self.unexpected.remove(i).expect("index from position");
+            let (peer, seq) = take_at(&mut self.unexpected, i).expect("index from position");
             self.attach(peer, seq, posted, now);
             self.schedule(peer, now);
             return req;
@@ -1301,5 +1308,15 @@ mod tests {
         let differ = PeerFailure { peer: 1, rails: vec![(0, "connection refused".into()), (1, "reset".into())] };
         assert_eq!(differ.to_string(), "peer 1 unreachable: rail 0: connection refused; rail 1: reset");
         assert_eq!(PeerFailure { peer: 2, rails: vec![] }.to_string(), "peer 2 unreachable");
+    }
+
+    #[test]
+    fn take_at_takes_the_element_asked_for_and_keeps_the_order_of_the_rest() {
+        let mut q: std::collections::VecDeque<u32> = (0..5).collect();
+        q.rotate_left(2); // wrapped storage: 2 3 4 0 1
+        assert_eq!(super::take_at(&mut q, 0), Some(2));
+        assert_eq!(super::take_at(&mut q, 2), Some(0));
+        assert_eq!(q.iter().copied().collect::<Vec<_>>(), [3, 4, 1]);
+        assert_eq!(super::take_at(&mut q, 3), None);
     }
 }

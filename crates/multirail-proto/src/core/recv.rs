@@ -10,7 +10,7 @@ use crate::wire::{Flags, FrameHeader, Op, frame::payload_checksum};
 use super::recvbuf::RecvBuffer;
 use super::{
     Core, Event, MESSAGE_OVERHEAD, Owed, PayloadDest, PeerId, Posted, ProtocolError, RTS_CREDITS, RailId, RangeSet,
-    RecvError, ReqId, SEQ_WINDOW, Status, Transmit, push_wake,
+    RecvError, ReqId, SEQ_WINDOW, Status, Transmit, push_wake, take_at,
 };
 use crate::time::Time;
 
@@ -456,7 +456,7 @@ impl Core {
         if (self.posted[i].buf.len() as u64) < len {
             return Ok(false);
         }
-        let Posted { req, src, mut buf, .. } = self.posted.remove(i).expect("index from position");
+        let Posted { req, src, mut buf, .. } = take_at(&mut self.posted, i).expect("index from position");
         if src == Some(peer) {
             p.posted_from = p.posted_from.saturating_sub(1);
         }
@@ -556,7 +556,7 @@ impl Core {
             p.next_match += 1;
             match self.posted.iter().position(|x| x.matches(peer, tag)) {
                 Some(i) => {
-                    let posted = self.posted.remove(i).expect("index from position");
+                    let posted = take_at(&mut self.posted, i).expect("index from position");
                     if posted.src == Some(peer) {
                         let p = self.peers.get_mut(&peer).expect("caller checked");
                         p.posted_from = p.posted_from.saturating_sub(1);

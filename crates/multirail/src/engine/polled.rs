@@ -306,7 +306,7 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: 
     // spin off, 8 B shm ping-pong took 185 us instead of 20.)
     for &i in &todo {
         if st.more[i] || shared.slots[i].wake_pending.load(Ordering::Acquire) {
-            busy |= service(shared, st, i);
+            busy |= service(shared, st, i, Some(now));
             busy |= st.more[i];
             st.worked = true;
         }
@@ -316,7 +316,7 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: 
     // (A slot whose connection failed leaves the list as it is serviced.)
     let mut k = 0;
     while let Some(&i) = st.spin.get(k) {
-        busy |= service(shared, st, i);
+        busy |= service(shared, st, i, Some(now));
         busy |= st.more[i];
         if st.spin.get(k) == Some(&i) {
             k += 1;
@@ -337,7 +337,7 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: 
         let due: Vec<usize> = st.due.iter().filter(|&&(d, _)| d <= now).map(|&(_, i)| i).collect();
         st.due.retain(|&(d, _)| d > now);
         for i in due {
-            service(shared, st, i);
+            service(shared, st, i, None);
         }
     }
     let next_due = st.due.iter().map(|&(d, _)| d).min();
@@ -395,14 +395,16 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: 
     }
     for k in 0..st.ready.len() {
         let i = st.ready[k];
-        service(shared, st, i);
+        // After `epoll_wait`, which may have slept: the clock anew.
+        service(shared, st, i, None);
         st.worked = true;
     }
 }
 
-/// Services slot `i`; true if frames arrived.
-pub(super) fn service(shared: &Shared, st: &mut PollState, i: usize) -> bool {
-    let s = shared.service(i);
+/// Services slot `i`; true if frames arrived. `at`: the round's clock
+/// reading, if it was taken a moment ago ([`Shared::service_at`]).
+pub(super) fn service(shared: &Shared, st: &mut PollState, i: usize, at: Option<Instant>) -> bool {
+    let s = shared.service_at(i, at);
     if s.more && !st.more[i] {
         st.more_list.push(i);
     }

@@ -169,7 +169,7 @@ impl Threaded {
                     // New connections: look at every slot (registers them).
                     app.epoch = epoch;
                     for i in 0..shared.slots.len() {
-                        polled::service(shared, &mut app.st, i);
+                        polled::service(shared, &mut app.st, i, Some(now));
                     }
                 }
                 let _running = super::Running::enter_all();
