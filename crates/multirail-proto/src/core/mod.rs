@@ -438,6 +438,30 @@ impl Posted {
     }
 }
 
+/// A message that became matchable before any receive matched it (in
+/// [`Core`]'s queue of them, in arrival order).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unmatched {
+    pub peer: PeerId,
+    pub seq: u64,
+    pub tag: u64,
+    /// Kept aside whole on arrival (in [`Peer::stored`]), not in
+    /// [`Peer::inc`].
+    pub stored: bool,
+}
+
+/// A small message that arrived whole before its receive was posted: its
+/// bytes, kept aside until a receive takes them (bounded, as every
+/// unexpected byte, by the credits granted to the peer).
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub seq: u64,
+    pub tag: u64,
+    pub data: BytesMut,
+    /// Credits given back when a receive takes it.
+    pub credit: u64,
+}
+
 pub(crate) struct Peer {
     pub rails: Vec<RailState>,
     /// One scheduler per policy tier.
@@ -476,7 +500,17 @@ pub(crate) struct Peer {
     pub rts_again: BTreeSet<u64>,
     // --- receive side ---
     pub next_match: u64,
-    pub inc: BTreeMap<u64, InMsg>,
+    /// Messages arrived (in part) and not yet delivered, by sequence
+    /// number. Boxed: the tree shifts its values on every insert and
+    /// removal, and a message's state is a few hundred bytes (a stream of
+    /// unexpected small messages spent about 1700 instructions per
+    /// message on those moves).
+    pub inc: BTreeMap<u64, Box<InMsg>>,
+    /// Whole eager messages that arrived unexpected, kept aside in
+    /// sequence order (see `Core::store_unexpected`); each is also
+    /// delivered (`done`) for duplicates and acknowledgements, and listed
+    /// in `Core::unexpected`.
+    pub stored: VecDeque<Stored>,
     /// Messages fully delivered (for dropping duplicates, and the delivered
     /// prefix we report).
     pub done: RangeSet,
@@ -602,8 +636,8 @@ pub struct Core {
     factory: Arc<dyn SchedulerFactory>,
     peers: PeerMap,
     posted: VecDeque<Posted>,
-    /// Matchable, unmatched messages in arrival order: (peer, seq).
-    unexpected: VecDeque<(PeerId, u64)>,
+    /// Matchable, unmatched messages in arrival order.
+    unexpected: VecDeque<Unmatched>,
     events: VecDeque<Event>,
     /// Rails with new output since `take_wakeups` (few; no duplicates).
     wakeups: Vec<(PeerId, RailId)>,
@@ -619,6 +653,9 @@ pub struct Core {
     active: ActiveSet,
     /// Messages taken by the small-message fast path (`rx_eager_whole`).
     fast_rx: u64,
+    /// Whole eager messages kept aside on arrival, unexpected
+    /// (`Peer::stored`).
+    stored_rx: u64,
     /// Messages sent by the direct path (`Core::isend`).
     direct_tx: u64,
 }
@@ -643,6 +680,7 @@ impl Core {
             connect_next: None,
             active: ActiveSet::default(),
             fast_rx: 0,
+            stored_rx: 0,
             direct_tx: 0,
         }
     }
@@ -730,6 +768,12 @@ impl Core {
         self.fast_rx
     }
 
+    /// Messages that arrived whole before their receive and were kept
+    /// aside as they came (no incoming-message state). For tests and stats.
+    pub fn stored_received(&self) -> u64 {
+        self.stored_rx
+    }
+
     pub fn unexpected_bytes(&self, peer: PeerId) -> u64 {
         self.peers.get(&peer).map_or(0, |p| p.credit_used)
     }
@@ -779,6 +823,18 @@ impl Core {
                 if let Some(r) = m.cts_rail {
                     owing[r].insert((m.cts_at, Owed::Data(seq)));
                 }
+            }
+            let mut last = None;
+            for st in &p.stored {
+                let listed = self.unexpected.iter().any(|u| u.peer == id && u.seq == st.seq && u.stored);
+                if last.is_some_and(|l| l >= st.seq) || st.seq >= p.next_match || !listed || p.inc.contains_key(&st.seq)
+                {
+                    return Err(format!("peer {id}: kept-aside message {} is out of order or not listed once", st.seq));
+                }
+                if !st.seq.checked_add(1).is_some_and(|end| p.done.contains(st.seq, end)) {
+                    return Err(format!("peer {id}: kept-aside message {} is not counted as delivered", st.seq));
+                }
+                last = Some(st.seq);
             }
             let timers = p.ack_due.is_some() || p.credit_due.is_some() || self.liveness_deadline(p).is_some();
             if timers && !self.active.contains(&id) {
@@ -838,6 +894,7 @@ impl Core {
                 rts_again: BTreeSet::new(),
                 next_match: 0,
                 inc: BTreeMap::new(),
+                stored: VecDeque::new(),
                 done: RangeSet::new(),
                 credit_used: 0,
                 credit_returned: 0,
@@ -1034,13 +1091,18 @@ impl Core {
         let req = self.new_req();
         let posted = Posted { req, src, tag, buf };
         // Oldest matching unexpected message first.
-        let hit = self.unexpected.iter().position(|&(peer, seq)| {
-            self.peers.get(&peer).and_then(|p| p.inc.get(&seq)).is_some_and(|m| posted.matches(peer, m.tag))
+        let hit = self.unexpected.iter().position(|u| {
+            posted.matches(u.peer, u.tag)
+                && (u.stored || self.peers.get(&u.peer).is_some_and(|p| p.inc.contains_key(&u.seq)))
         });
         if let Some(i) = hit {
-            let (peer, seq) = take_at(&mut self.unexpected, i).expect("index from position");
-            self.attach(peer, seq, posted, now);
-            self.schedule(peer, now);
+            let u = take_at(&mut self.unexpected, i).expect("index from position");
+            if u.stored {
+                self.deliver_stored(u.peer, u.seq, posted, now);
+            } else {
+                self.attach(u.peer, u.seq, posted, now);
+                self.schedule(u.peer, now);
+            }
             return req;
         }
         if let Some(src) = src {
@@ -1274,12 +1336,12 @@ impl Core {
         let incomplete: Vec<u64> = p.inc.iter().filter(|(_, m)| !m.is_complete()).map(|(s, _)| *s).collect();
         for seq in incomplete {
             let m = p.inc.remove(&seq).expect("seq from iter");
-            if let Some((req, buf)) = m.into_request_buffer() {
+            if let Some((req, buf)) = (*m).into_request_buffer() {
                 self.events.push_back(Event::RecvDone { req, result: Err(recv_err.clone()), buf });
             }
         }
         let p = &self.peers[&peer];
-        self.unexpected.retain(|(q, s)| *q != peer || p.inc.contains_key(s));
+        self.unexpected.retain(|u| u.peer != peer || u.stored || p.inc.contains_key(&u.seq));
         let mut keep = VecDeque::new();
         for posted in std::mem::take(&mut self.posted) {
             if posted.src == Some(peer) {

@@ -413,7 +413,7 @@ impl Core {
             }
             let cost = hdr.total_len + MESSAGE_OVERHEAD;
             self.charge(peer, cost)?;
-            self.peers.get_mut(&peer).expect("checked").inc.insert(seq, InMsg::new(hdr, cost, rail));
+            self.peers.get_mut(&peer).expect("checked").inc.insert(seq, Box::new(InMsg::new(hdr, cost, rail)));
             self.advance_matching(peer, now);
             let m = self.peers.get_mut(&peer).expect("checked").inc.get_mut(&seq).expect("just inserted");
             if matches!(m.buf, InBuf::None) {
@@ -428,10 +428,11 @@ impl Core {
     /// The common case of a small message, taken without the general
     /// machinery: a whole eager message (one frame) that is the next to
     /// match and meets a posted receive large enough goes straight into
-    /// that receive's buffer and completes it. No incoming-message state
-    /// is created. Returns false (nothing done) in every other case, which
-    /// the general path handles: out of order, a fragment, unexpected,
-    /// truncated, over the credit or length limits.
+    /// that receive's buffer and completes it; one that meets no receive
+    /// is kept aside whole ([`Core::store_unexpected`]). No
+    /// incoming-message state is created. Returns false (nothing done) in
+    /// every other case, which the general path handles: out of order, a
+    /// fragment, truncated, over the credit or length limits.
     fn rx_eager_whole(
         &mut self,
         peer: PeerId,
@@ -452,7 +453,10 @@ impl Core {
         if len > self.cfg.unexpected_limit || p.credit_used.saturating_add(cost) > self.cfg.unexpected_limit {
             return Ok(false);
         }
-        let Some(i) = self.posted.iter().position(|x| x.matches(peer, hdr.tag)) else { return Ok(false) };
+        let Some(i) = self.posted.iter().position(|x| x.matches(peer, hdr.tag)) else {
+            self.store_unexpected(peer, rail, hdr, data, cost, now)?;
+            return Ok(true);
+        };
         if (self.posted[i].buf.len() as u64) < len {
             return Ok(false);
         }
@@ -476,6 +480,62 @@ impl Core {
         self.return_credit(peer, cost, now);
         self.note_rx(peer, rail, hdr, len >= self.cfg.ack_bytes, now);
         Ok(true)
+    }
+
+    /// A whole eager message that is the next to match and meets no posted
+    /// receive (the caller checked, and that its credit fits): its bytes
+    /// are kept aside in [`Peer::stored`] with its credit charged, until a
+    /// receive takes them ([`Core::deliver_stored`]). The message counts
+    /// as delivered at once (`done`): the peer may let its copy go (the
+    /// general path acknowledges an unexpected message's fragments as
+    /// they arrive, too), and a copy re-sent over another rail is dropped
+    /// as a duplicate. Costs an allocation and a copy, where the general
+    /// path's incoming-message state cost about 2400 instructions more
+    /// per message.
+    fn store_unexpected(
+        &mut self,
+        peer: PeerId,
+        rail: RailId,
+        hdr: &FrameHeader,
+        data: &[u8],
+        cost: u64,
+        now: Time,
+    ) -> Result<(), ProtocolError> {
+        let (seq, tag) = (hdr.seq, hdr.tag);
+        let p = self.peers.get_mut(&peer).expect("accept_header checked");
+        p.next_match += 1;
+        p.done.insert(seq, seq + 1);
+        p.stored.push_back(super::Stored { seq, tag, data: BytesMut::from(data), credit: cost });
+        let later_arrived = !p.inc.is_empty();
+        self.unexpected.push_back(super::Unmatched { peer, seq, tag, stored: true });
+        self.stored_rx += 1;
+        if later_arrived {
+            self.advance_matching(peer, now);
+        }
+        self.charge(peer, cost)?;
+        self.note_rx(peer, rail, hdr, hdr.total_len >= self.cfg.ack_bytes, now);
+        Ok(())
+    }
+
+    /// A receive takes the kept-aside message `seq` from `peer` (listed as
+    /// unexpected): its bytes are copied into the receive's buffer (or it
+    /// is too small: truncated, as [`Core::attach`] reports it) and its
+    /// credit goes back.
+    pub(crate) fn deliver_stored(&mut self, peer: PeerId, seq: u64, posted: Posted, now: Time) {
+        self.active.insert(peer);
+        let p = self.peers.get_mut(&peer).expect("listed as unexpected");
+        let i = p.stored.iter().position(|s| s.seq == seq).expect("listed as unexpected");
+        let s = take_at(&mut p.stored, i).expect("index from position");
+        let Posted { req, mut buf, .. } = posted;
+        let status = Status { peer, tag: s.tag, len: s.data.len() as u64 };
+        let result = if buf.len() < s.data.len() {
+            Err(RecvError::Truncated { status, buf_len: buf.len() as u64 })
+        } else {
+            buf[..s.data.len()].copy_from_slice(&s.data);
+            Ok(status)
+        };
+        self.events.push_back(Event::RecvDone { req, result, buf });
+        self.return_credit(peer, s.credit, now);
     }
 
     fn rx_data(
@@ -541,7 +601,7 @@ impl Core {
             return Err(ProtocolError::RtsCreditExceeded { limit: RTS_CREDITS });
         }
         p.rts_used += 1;
-        p.inc.insert(seq, InMsg::new(hdr, 0, rail));
+        p.inc.insert(seq, Box::new(InMsg::new(hdr, 0, rail)));
         self.advance_matching(peer, now);
         Ok(())
     }
@@ -563,7 +623,7 @@ impl Core {
                     }
                     self.attach(peer, seq, posted, now);
                 }
-                None => self.unexpected.push_back((peer, seq)),
+                None => self.unexpected.push_back(super::Unmatched { peer, seq, tag, stored: false }),
             }
         }
     }

@@ -271,6 +271,13 @@ impl Core {
         if p.failed.is_some() || p.up_rails() == 0 {
             return;
         }
+        if p.rts_again.is_empty() && p.waiting.is_empty() && p.retx.is_empty() && p.sending.first().is_none() {
+            // Nothing to start, re-send or place (a receive matched, an
+            // ACK that settled everything): what the steps below would
+            // conclude, without measuring every rail for them.
+            p.credit_blocked_since = None;
+            return;
+        }
         let chunk = p.chunk(chunk, self.cfg.limits.max_frame as u64);
         let mut views = std::mem::take(&mut p.views_buf);
         views.clear();
