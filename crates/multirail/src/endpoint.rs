@@ -534,20 +534,23 @@ impl Endpoint {
     /// soon (the application waited a moment ago, nobody sleeps in it).
     /// The `coalesce + 1`-th writes them all. The first `isend` after a
     /// wait (a ping-pong's every one) reads no clock: the core's reading,
-    /// stored after the call, dates it for the next.
-    fn coalesce(&self, engine: &Engine) -> bool {
+    /// stored after the call, dates it for the next. `Some`: it may, and
+    /// the clock reading it was judged by (the core's for it too: one
+    /// reading per queued `isend`).
+    fn coalesce(&self, engine: &Engine) -> Option<Time> {
         use std::sync::atomic::Ordering::Relaxed;
         let max = u64::from(self.cfg.coalesce);
         if max == 0 {
-            return false;
+            return None;
         }
         let n = self.shared.burst.fetch_add(1, Relaxed);
         if n.is_multiple_of(max + 1) {
-            return false;
+            return None;
         }
-        let now = self.shared.now().as_nanos();
-        now.saturating_sub(self.shared.last_isend.load(Relaxed)) < crate::config::COALESCE_GAP.as_nanos() as u64
-            && engine.runs_soon()
+        let t = Instant::now();
+        let now = self.shared.time_of(t);
+        let gap = now.as_nanos().saturating_sub(self.shared.last_isend.load(Relaxed));
+        (gap < crate::config::COALESCE_GAP.as_nanos() as u64 && engine.runs_soon(t)).then_some(now)
     }
 
     /// How many wake-ups the connections open now sent their peers
@@ -596,18 +599,36 @@ impl Endpoint {
         r
     }
 
+    /// [`Endpoint::isend_deferred`] for the application, at `now` (the
+    /// clock reading `coalesce` took): a send that completes inside the
+    /// call (the direct path) keeps its outcome in its request.
+    fn isend_queued(
+        &self,
+        peer: u32,
+        tag: u64,
+        data: Bytes,
+        now: Time,
+    ) -> (ReqId, Time, Option<Result<(), SendError>>) {
+        let (r, wake) = self.shared.with_core_deferred_at(Some(now), |c, now| {
+            let id = c.isend(peer, tag, data, now);
+            (id, now, c.take_send_done(id))
+        });
+        for i in wake {
+            self.shared.defer_slot(i);
+        }
+        r
+    }
+
     fn isend_raw(&self, peer: u32, tag: u64, data: Bytes) -> Result<SendRequest<'_>, Error> {
         self.check_peer(peer)?;
-        self.engine()?;
+        let engine = self.engine()?;
         let small = data.len() <= crate::config::COALESCE_MAX_BYTES;
-        let (id, now, early) = if small && self.coalesce(self.engine()?) {
-            let (id, now) = self.isend_deferred(peer, tag, data);
-            (id, now, None)
-        } else {
-            // A send that completes inside `isend` (the direct path) keeps
-            // its outcome in the request, not in the shared map: its wait
-            // takes no lock.
-            self.shared.isend(peer, tag, data)
+        // A send that completes inside `isend` (the direct path) keeps
+        // its outcome in the request, not in the shared map: its wait
+        // takes no lock.
+        let (id, now, early) = match small.then(|| self.coalesce(engine)).flatten() {
+            Some(now) => self.isend_queued(peer, tag, data, now),
+            None => self.shared.isend(peer, tag, data),
         };
         if small {
             self.shared.last_isend.store(now.as_nanos(), std::sync::atomic::Ordering::Relaxed);

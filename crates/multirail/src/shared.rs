@@ -266,17 +266,21 @@ impl Shared {
     /// instead of waking their drivers, so the caller can first try to
     /// write them itself.
     pub fn with_core_deferred<R>(&self, f: impl FnOnce(&mut Core, Time) -> R) -> (R, Slots) {
+        self.with_core_deferred_at(None, f)
+    }
+
+    /// [`Shared::with_core_deferred`] at `at`, a clock reading the caller
+    /// took a moment ago (`None`: read the clock now).
+    pub fn with_core_deferred_at<R>(&self, at: Option<Time>, f: impl FnOnce(&mut Core, Time) -> R) -> (R, Slots) {
         let g = self.lock();
-        let now = self.now();
+        let now = at.unwrap_or_else(|| self.now());
         self.core_then(g, now, f)
     }
 
     /// [`Shared::with_core`] at `at`, a clock reading the caller took a
     /// moment ago (`None`: read the clock now).
     fn with_core_at<R>(&self, at: Option<Time>, f: impl FnOnce(&mut Core, Time) -> R) -> R {
-        let g = self.lock();
-        let now = at.unwrap_or_else(|| self.now());
-        let (r, wake) = self.core_then(g, now, f);
+        let (r, wake) = self.with_core_deferred_at(at, f);
         for i in wake {
             self.wake_slot(i);
         }

@@ -76,7 +76,12 @@ impl LastWait {
 
     /// Time since the last wait ended (since start if none has).
     pub fn since(&self) -> Duration {
-        self.origin.elapsed().saturating_sub(Duration::from_nanos(self.at.load(Ordering::Acquire)))
+        self.since_at(Instant::now())
+    }
+
+    /// [`LastWait::since`] as of `now`, a clock reading taken a moment ago.
+    pub fn since_at(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.origin).saturating_sub(Duration::from_nanos(self.at.load(Ordering::Acquire)))
     }
 }
 
@@ -258,10 +263,11 @@ impl Engine {
     /// wait ended a moment ago (within the hand-off, while the background
     /// keeps off) and no thread sleeps in the engine. Output queued
     /// without a wake-up is then written within the hand-off at worst.
-    pub fn runs_soon(&self) -> bool {
+    /// `now`: a clock reading the caller took a moment ago.
+    pub fn runs_soon(&self, now: Instant) -> bool {
         match self {
-            Engine::Threaded(t) => t.runs_soon(),
-            Engine::Polled(p) => p.runs_soon(),
+            Engine::Threaded(t) => t.runs_soon(now),
+            Engine::Polled(p) => p.runs_soon(now),
         }
     }
 

@@ -190,9 +190,9 @@ impl Polled {
 
     /// See [`super::Engine::runs_soon`]: nobody waits (a waiter may be
     /// asleep in epoll) and the background thread keeps off.
-    pub fn runs_soon(&self) -> bool {
+    pub fn runs_soon(&self, now: Instant) -> bool {
         let lp = &self.lp;
-        let since = lp.last_wait.since();
+        let since = lp.last_wait.since_at(now);
         lp.waiters.load(Ordering::Acquire) == 0 && since < HANDOFF
     }
 

@@ -138,9 +138,9 @@ impl Threaded {
 
     /// See [`super::Engine::runs_soon`]: the IO threads are parked in
     /// the hand-off and will look at queued output when it ends.
-    pub fn runs_soon(&self) -> bool {
+    pub fn runs_soon(&self, now: Instant) -> bool {
         let g = &self.gate;
-        let since = g.last_wait.since();
+        let since = g.last_wait.since_at(now);
         g.spinning.load(Ordering::SeqCst) == 0 && g.sleeping.load(Ordering::SeqCst) == 0 && since < HANDOFF
     }
 
