@@ -50,6 +50,10 @@ pub struct ShmStream {
     armed: bool,
     /// Empty reads since the doorbell was last looked at (engine mode).
     empty_reads: u32,
+    /// Writes since the peer's "closed" flag was last looked at.
+    writes_unchecked: u32,
+    /// A read found the end of the stream (the peer closed its side).
+    peer_ended: bool,
     /// Doorbells rung (a diagnostic).
     rung: u64,
     /// Single-copy transfers, as the handshake decided.
@@ -61,6 +65,15 @@ pub struct ShmStream {
 /// In engine mode, a busy loop that never sleeps still looks at the
 /// doorbell (for a dead peer's end-of-file) once per this many empty reads.
 const DOORBELL_EVERY: u32 = 256;
+
+/// A write looks at the peer's "consumer closed" flag once per this many
+/// writes (and whenever the ring is full). The flag shares a cache line
+/// with the consumer's `tail`, which the peer writes after every read:
+/// looking at it on every write cost each small message a cache-line
+/// transfer each way between the two ranks' cores. A peer that closes
+/// cleanly is seen sooner by its doorbell's end of file or the end of its
+/// stream; one that dies, by the doorbell.
+const CLOSED_CHECK_EVERY: u32 = 64;
 
 fn ring_err(e: impl Into<ShmError>) -> io::Error {
     e.into().into()
@@ -164,6 +177,8 @@ impl ShmStream {
             engine_arms: false,
             armed: false,
             empty_reads: 0,
+            writes_unchecked: 0,
+            peer_ended: false,
             rung: 0,
             cma: Cma::default(),
             lend_min: usize::MAX,
@@ -210,7 +225,9 @@ impl ShmStream {
         }
         if self.rx.is_producer_closed() {
             // Everything written before the close is visible now.
-            return self.read_ring(dst);
+            let n = self.read_ring(dst)?;
+            self.peer_ended |= n == 0;
+            return Ok(n);
         }
         if self.shut {
             return Ok(0);
@@ -222,8 +239,10 @@ impl ShmStream {
     }
 
     /// Writes as much of `bufs` as fits, in order. `WouldBlock` when the
-    /// ring is full; `BrokenPipe` after our shutdown or once the peer
-    /// closed or went away. Rings the peer's doorbell if it sleeps.
+    /// ring is full; `BrokenPipe` after our shutdown, once the peer went
+    /// away or its stream ended, or once it closed (looked at every
+    /// [`CLOSED_CHECK_EVERY`] writes and when the ring is full). Rings the
+    /// peer's doorbell if it sleeps.
     pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         if bufs.iter().all(|b| b.is_empty()) {
             return Ok(0);
@@ -231,11 +250,19 @@ impl ShmStream {
         if self.shut {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "shm stream shut down"));
         }
-        if self.peer_gone || self.tx.is_consumer_closed() {
+        if self.writes_unchecked == 0 && self.tx.is_consumer_closed() {
+            self.peer_ended = true;
+        }
+        self.writes_unchecked = (self.writes_unchecked + 1) % CLOSED_CHECK_EVERY;
+        if self.peer_gone || self.peer_ended {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "shm peer closed or went away"));
         }
         let n = self.tx.write_vectored(bufs).map_err(ring_err)?;
         if n == 0 {
+            if self.tx.is_consumer_closed() {
+                self.peer_ended = true;
+                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "shm peer closed or went away"));
+            }
             self.write_blocked = true;
             return Err(io::ErrorKind::WouldBlock.into());
         }
@@ -633,6 +660,23 @@ mod tests {
         assert_eq!(end.unwrap(), 0);
         assert_eq!(b.read(&mut [0u8; 8]).unwrap(), 0, "stays at end");
         assert_eq!(b.write(b"x").unwrap_err().kind(), io::ErrorKind::BrokenPipe);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn writes_to_a_peer_that_closed_are_refused_within_a_bounded_number() {
+        let (mut a, b) = ShmStream::pair(1 << 16).unwrap();
+        a.write_all(b"x").unwrap();
+        drop(b);
+        let refused = (0..2 * CLOSED_CHECK_EVERY).position(|_| a.write(b"y").is_err()).expect("never refused");
+        assert!(refused < CLOSED_CHECK_EVERY as usize, "refused after {refused} writes");
+        assert_eq!(a.write(b"z").unwrap_err().kind(), io::ErrorKind::BrokenPipe, "and stays refused");
+        // A full ring says so at once.
+        let (mut a, b) = ShmStream::pair(4096).unwrap();
+        a.write_all(b"x").unwrap();
+        while a.write(&[0u8; 1024]).is_ok() {}
+        drop(b);
+        assert_eq!(a.write(b"y").unwrap_err().kind(), io::ErrorKind::BrokenPipe);
     }
 
     #[test]
