@@ -475,7 +475,7 @@ impl Shared {
             self.retire(s, rail);
         }
         let Some(rail) = conn.as_mut() else { return Serviced::default() };
-        let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail, at: at.map(|t| self.time_of(t)) };
+        let mut sink = CoreSink { shared: self, peer: s.peer, rail: s.rail, at: at.map(|t| self.time_of(t)), dated: 0 };
         let (more, received) = match rail.poll_recv(&mut sink) {
             Ok(r) => (r.more, r.frames > 0),
             Err(e) => {
@@ -809,11 +809,37 @@ struct CoreSink<'a> {
     shared: &'a Shared,
     peer: PeerId,
     rail: RailId,
-    /// The time the first frame arrives at, if the caller read the clock
-    /// a moment ago (see [`Shared::service_at`]); later frames of the
-    /// same read (up to the rail's read budget: milliseconds of them) read
-    /// the clock.
+    /// The last clock reading (the caller's, if it read the clock a
+    /// moment ago: [`Shared::service_at`]), and how many frames it dated.
     at: Option<Time>,
+    dated: u32,
+}
+
+/// Frames in a row one clock reading dates. A read goes on up to the
+/// rail's budget (milliseconds of small frames), so a reading is taken
+/// again now and then; a payload read into place (which may take long)
+/// takes one of its own.
+const FRAMES_PER_READING: u32 = 8;
+
+impl CoreSink<'_> {
+    /// The time of the next frame's arrival: the last reading, unless it
+    /// dated [`FRAMES_PER_READING`] frames already.
+    fn frame_time(&mut self) -> Time {
+        match self.at {
+            Some(t) if self.dated < FRAMES_PER_READING => {
+                self.dated += 1;
+                t
+            }
+            _ => self.fresh_time(),
+        }
+    }
+
+    /// A new clock reading, which the next frames may use.
+    fn fresh_time(&mut self) -> Time {
+        let t = self.shared.now();
+        (self.at, self.dated) = (Some(t), 1);
+        t
+    }
 }
 
 impl Inner {
@@ -829,18 +855,22 @@ impl Inner {
 impl FrameSink for CoreSink<'_> {
     fn on_header(&mut self, hdr: &FrameHeader) -> Result<PayloadDest, ProtocolError> {
         tracing::trace!(peer = self.peer, rail = self.rail, op = ?hdr.op, seq = hdr.seq, off = hdr.offset, len = hdr.frag_len, "rx");
-        self.shared.with_core_at(self.at.take(), |c, now| c.on_header(self.peer, self.rail, hdr, now))
+        let at = self.frame_time();
+        self.shared.with_core_at(Some(at), |c, now| c.on_header(self.peer, self.rail, hdr, now))
     }
     fn on_payload(&mut self, hdr: &FrameHeader, dest: PayloadDest, complete: bool) -> Result<(), ProtocolError> {
         // A payload may take long to read: its own time.
-        self.shared.with_core(|c, now| c.on_payload(self.peer, self.rail, hdr, dest, complete, now))
+        let at = self.fresh_time();
+        self.shared.with_core_at(Some(at), |c, now| c.on_payload(self.peer, self.rail, hdr, dest, complete, now))
     }
     fn on_activity(&mut self) {
-        self.shared.with_core(|c, now| c.rail_activity(self.peer, self.rail, now))
+        let at = self.fresh_time();
+        self.shared.with_core_at(Some(at), |c, now| c.rail_activity(self.peer, self.rail, now))
     }
     fn on_frame(&mut self, hdr: &FrameHeader, payload: &[u8]) -> Result<(), ProtocolError> {
         tracing::trace!(peer = self.peer, rail = self.rail, op = ?hdr.op, seq = hdr.seq, off = hdr.offset, len = hdr.frag_len, "rx");
-        self.shared.with_core_at(self.at.take(), |c, now| c.on_frame(self.peer, self.rail, hdr, payload, now))
+        let at = self.frame_time();
+        self.shared.with_core_at(Some(at), |c, now| c.on_frame(self.peer, self.rail, hdr, payload, now))
     }
 }
 
@@ -856,16 +886,27 @@ mod tests {
         (h, bytes::Bytes::from_static(&[7; 8]))
     }
 
-    /// The spinning loop's clock reading dates the first frame a service
-    /// reads (no clock reading of its own); the frames after it in the
-    /// same read read the clock, so a long read does not date them all
-    /// from its start.
+    /// The spinning loop's clock reading dates the first frames a service
+    /// reads (no clock reading of their own), at most
+    /// `FRAMES_PER_READING` of them: a long read reads the clock again, so
+    /// it does not date every frame from its start.
     #[test]
-    fn a_service_dates_its_first_frame_by_the_callers_reading_and_the_rest_by_the_clock() {
+    fn a_service_dates_its_first_frames_by_the_callers_reading_and_later_ones_by_the_clock() {
         let mut core = Core::new(Config::default());
         core.add_peer(1, 1);
         let shared = Shared::new(core, vec![Arc::new(Slot::new(1, 0, "loopback to rank 1".into()))], 0);
-        let (ours, mut theirs) = multirail_transport::loopback::pair("loopback").unwrap();
+        // Shared memory: small frames reach the sink whole (`on_frame`).
+        let (a, b) = multirail_transport::shm::ShmStream::pair(1 << 16).unwrap();
+        let rail = |s| {
+            let caps = multirail_transport::RailCaps {
+                name: "shm".into(),
+                bandwidth: 0,
+                latency: Duration::ZERO,
+                max_frame: 1 << 20,
+            };
+            multirail_transport::tcp::StreamRail::over(s, caps, multirail_proto::wire::frame::Limits::default())
+        };
+        let (ours, mut theirs) = (rail(a), rail(b));
         let caps = RailCaps { host_local: true, ..RailCaps::default() };
         assert!(shared.install(0, Box::new(ours), ConnId { generation: 1, initiator: 0 }, caps, 1 << 20));
         let heard = || shared.lock().core.last_heard(1).map(Time::as_nanos);
@@ -875,13 +916,20 @@ mod tests {
         let late = shared.origin + Duration::from_secs(1000);
         assert!(shared.service_at(0, Some(late)).received);
         assert_eq!(heard(), Some(1_000_000_000_000), "the caller's reading");
-        for seq in [1, 2] {
+        for seq in 1..FRAMES_PER_READING as u64 {
             let (h, p) = eager(seq);
             theirs.send(&h, p);
         }
         theirs.flush().unwrap();
         assert!(shared.service_at(0, Some(late + Duration::from_secs(1000))).received);
+        assert_eq!(heard(), Some(2_000_000_000_000), "as many frames as one reading dates");
+        for seq in FRAMES_PER_READING as u64..2 * FRAMES_PER_READING as u64 + 1 {
+            let (h, p) = eager(seq);
+            theirs.send(&h, p);
+        }
+        theirs.flush().unwrap();
+        assert!(shared.service_at(0, Some(late + Duration::from_secs(3000))).received);
         let last = heard().unwrap();
-        assert!(last < 1_000_000_000_000, "the second frame read the clock: {last} ns");
+        assert!(last < 1_000_000_000_000, "the later frames read the clock: {last} ns");
     }
 }
