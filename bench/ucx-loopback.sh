@@ -3,7 +3,7 @@
 # latency and 1 MiB bandwidth, interleaved rounds, medians and ratios.
 #
 #   bench/ucx-loopback.sh [--rounds N] [--pin CPU0,CPU1] [--latency-only] [--bin PATH]...
-#                         [--testbed PREFIX]
+#                         [--testbed PREFIX] [--ompi]
 #
 # UCX: UCX_TLS=tcp UCX_NET_DEVICES=lo, server and client on 127.0.0.1,
 # `ucx_perftest -t tag_lat -s 8` and `-t tag_bw -s 1048576` (its MiB/s are
@@ -24,10 +24,15 @@
 # instead, UCX from host0 to host1 over rail0 (UCX_NET_DEVICES=rail0),
 # multirail with `--testbed` over tcp:rail0 and over both rails.
 set -euo pipefail
+# --ompi (loopback only) adds Open MPI in every round: bench/mpi/mr_pingpong
+# -s 8 -i 10000 -w 100 under mpirun with ob1 and the tcp BTL on lo (pinned
+# to --pin's CPUs with it), needs openmpi-bin and libopenmpi-dev; its row's
+# ratios are to UCX like the others, and a line gives multirail's ratios
+# to it (issue 9, target 1: at most UCX's and at most Open MPI's).
 # The rails measured here are loopback TCP: the two ranks of this host must
 # use them, not the shared memory they would get by themselves.
 export MULTIRAIL_SHM=off
-rounds=5 pin= bw=1 bins=() testbed=
+rounds=5 pin= bw=1 bins=() testbed= ompi=
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds=$2; shift 2 ;;
@@ -35,7 +40,8 @@ while [ $# -gt 0 ]; do
         --latency-only) bw=; shift ;;
         --bin) bins+=("$2"); shift 2 ;;
         --testbed) testbed=$2; shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        --ompi) ompi=1; shift ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -48,6 +54,11 @@ if [ ${#bins[@]} -eq 0 ]; then
     bins=("$PWD/target/release/multirail")
 fi
 for b in "${bins[@]}"; do [ -x "$b" ] || { echo "$b: not an executable" >&2; exit 2; }; done
+if [ -n "$ompi" ]; then
+    [ -z "$testbed" ] || { echo "--ompi measures loopback only (the testbed's Open MPI rows: bench/compare.sh)" >&2; exit 2; }
+    command -v mpirun >/dev/null || { echo "mpirun not found: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 1; }
+    make -s -C bench/mpi >/dev/null
+fi
 H=$PWD/bench/lib/mrcmp.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -72,6 +83,14 @@ ucx() { # TEST SIZE N WARMUP KIND... -> one value per KIND
     local k
     for k in "${@:5}"; do python3 "$H" ucx "$tmp/client" "$k"; done
 }
+ompipin=()
+[ -n "$pin" ] && ompipin=(--bind-to core --cpu-set "$pin")
+ompi_lat() { # -> mean and median one-way latency (us) of Open MPI's ping-pong
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "${ompipin[@]}" --mca pml ob1 \
+        --mca btl self,tcp --mca btl_tcp_if_include lo bench/mpi/mr_pingpong -s 8 -i 10000 -w 100 -x >"$tmp/ompi" 2>&1 ||
+        { cat "$tmp/ompi" >&2; exit 1; }
+    awk '$1 == 8 { print $2, $4 }' "$tmp/ompi"
+}
 mr() { # BIN TEST SIZE RAILS FIELD... -> one value per FIELD
     "$1" bench "$2" --sizes "$3" --rails "$4" "${mrpin[@]}" "${mrwhere[@]}" --json --quiet >"$tmp/mr"
     local f
@@ -82,6 +101,10 @@ for r in $(seq "$rounds"); do
     echo "round $r/$rounds" >&2
     read -r a b < <(ucx tag_lat 8 10000 100 lat lat50 | xargs)
     v[ucx_lat]+=" $a" v[ucx_lat50]+=" $b"
+    if [ -n "$ompi" ]; then
+        read -r a b < <(ompi_lat)
+        v[ompi_lat]+=" $a" v[ompi_lat50]+=" $b"
+    fi
     for i in "${!bins[@]}"; do
         for n in 1 2; do
             rails=$one; [ $n = 2 ] && rails=$two
@@ -109,10 +132,20 @@ row() { # LABEL KEY
         printf "%-50s %15.2f %8.3f %15.2f %8.3f %s\n", n, l, l / l0, l5, l5 / l50, bw }'
 }
 row "ucx_perftest (${ucxenv// /, })" ucx
+[ -n "$ompi" ] && row "Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{ print $NF }') (mr_pingpong, ob1, tcp BTL on lo)" ompi
 for i in "${!bins[@]}"; do
     name=multirail; [ ${#bins[@]} -gt 1 ] && name="multirail $i"
     row "$name, 1 rail" "mr${i}_1"
     row "$name, 2 rails (default)" "mr${i}_2"
 done
+if [ -n "$ompi" ]; then
+    for i in "${!bins[@]}"; do
+        for n in 1 2; do
+            awk -v i="$i" -v n="$n" -v l="${m[mr${i}_${n}_lat]}" -v l5="${m[mr${i}_${n}_lat50]}" \
+                -v o="${m[ompi_lat]}" -v o5="${m[ompi_lat50]}" \
+                'BEGIN { printf "# multirail %s, %s rail(s) / Open MPI: mean %.3f, p50 %.3f\n", i, n, l / o, l5 / o5 }'
+        done
+    done
+fi
 [ ${#bins[@]} -gt 1 ] && for i in "${!bins[@]}"; do echo "# multirail $i: ${bins[$i]}"; done
 for k in $(printf '%s\n' "${!v[@]}" | sort); do echo "# all values: $k${v[$k]}"; done
