@@ -655,16 +655,21 @@ impl Endpoint {
     }
 
     fn wait_id(&self, id: ReqId, timeout: Option<Duration>) -> Result<Completion, Error> {
-        if let Some(c) = self.shared.take_done(id) {
+        let engine = self.engine()?;
+        let (c, awaits) = self.shared.take_or_await(id);
+        if let Some(c) = c {
             return Ok(c);
         }
         // The check that ends the wait takes the completion (one lock).
         let mut got = None;
         let mut done = |g: &mut crate::shared::Inner| {
-            got = got.take().or_else(|| g.done.remove(&id));
+            got = got.take().or_else(|| if awaits { g.take_awaited(id) } else { g.done.remove(&id) });
             got.is_some()
         };
-        if !self.engine()?.wait_until(&self.shared, &mut done, now_plus(timeout)) {
+        if !engine.wait_until(&self.shared, &mut done, now_plus(timeout)) {
+            if awaits {
+                self.shared.end_await();
+            }
             return Err(Error::Timeout);
         }
         Ok(got.expect("waited for it"))

@@ -113,6 +113,12 @@ const PARK: Duration = Duration::from_secs(2);
 pub struct Inner {
     pub core: Core,
     pub done: HashMap<ReqId, Completion, BuildHasherDefault<IdHasher>>,
+    /// The request one thread waits for in [`Shared::await_done`] (at most
+    /// one at a time; others wait on `done`), and its completion once it
+    /// came: a wait for the next message (a ping-pong's every one) takes
+    /// it here, not through the map.
+    awaited: Option<ReqId>,
+    awaited_done: Option<Completion>,
     /// What happened to rails (failures, suspicions), oldest first, at
     /// most [`MAX_RAIL_EVENTS`] (for diagnostics).
     pub rail_errors: Vec<(PeerId, RailId, String)>,
@@ -198,6 +204,8 @@ impl Shared {
             inner: Mutex::new(Inner {
                 core,
                 done: HashMap::default(),
+                awaited: None,
+                awaited_done: None,
                 rail_errors: Vec::new(),
                 rail_errors_dropped: 0,
                 failures: Vec::new(),
@@ -306,11 +314,11 @@ impl Shared {
         while let Some(e) = g.core.poll_event() {
             match e {
                 Event::SendDone { req, result } => {
-                    g.done.insert(req, Completion::Send(result));
+                    g.complete(req, Completion::Send(result));
                     completed = true;
                 }
                 Event::RecvDone { req, result, buf } => {
-                    g.done.insert(req, Completion::Recv(result, buf));
+                    g.complete(req, Completion::Recv(result, buf));
                     completed = true;
                 }
                 Event::RailDown { peer, rail, reason } => {
@@ -791,9 +799,50 @@ impl Shared {
         self.lock().core.peer_alive(peer)
     }
 
-    /// Takes the completion of `req` if it is there.
-    pub fn take_done(&self, req: ReqId) -> Option<Completion> {
-        self.lock().done.remove(&req)
+    /// Takes the completion of `req` if it is there; if not, and no other
+    /// thread awaits one, `req` becomes the awaited request (true: the
+    /// caller must end its wait with [`Shared::end_await`]).
+    pub fn take_or_await(&self, req: ReqId) -> (Option<Completion>, bool) {
+        let mut g = self.lock();
+        if let Some(c) = g.done.remove(&req) {
+            return (Some(c), false);
+        }
+        if g.awaited.is_some() {
+            return (None, false);
+        }
+        g.awaited = Some(req);
+        (None, true)
+    }
+
+    /// Ends the wait [`Shared::take_or_await`] began without taking the
+    /// completion (a timeout): one that came meanwhile goes to the map.
+    pub fn end_await(&self) {
+        let mut g = self.lock();
+        let req = g.awaited.take();
+        if let (Some(req), Some(c)) = (req, g.awaited_done.take()) {
+            g.done.insert(req, c);
+        }
+    }
+}
+
+impl Inner {
+    /// `req` completed.
+    fn complete(&mut self, req: ReqId, c: Completion) {
+        if self.awaited == Some(req) && self.awaited_done.is_none() {
+            self.awaited_done = Some(c);
+        } else {
+            self.done.insert(req, c);
+        }
+    }
+
+    /// The completion of the awaited request `req` if it came (the wait
+    /// is then over: nothing is awaited any more). It comes nowhere else:
+    /// [`Shared::take_or_await`] looked in the map when it began awaiting.
+    pub fn take_awaited(&mut self, req: ReqId) -> Option<Completion> {
+        debug_assert_eq!(self.awaited, Some(req));
+        let c = self.awaited_done.take()?;
+        self.awaited = None;
+        Some(c)
     }
 }
 
@@ -879,11 +928,44 @@ mod tests {
     use super::*;
     use multirail_proto::core::{Config, RailCaps};
     use multirail_proto::wire::Op;
+    use multirail_transport::shm::ShmStream;
+    use multirail_transport::tcp::StreamRail;
 
-    fn eager(seq: u64) -> (FrameHeader, bytes::Bytes) {
+    fn eager(seq: u64, tag: u64) -> (FrameHeader, bytes::Bytes) {
         let mut h = FrameHeader::new(Op::Eager);
-        (h.seq, h.tag, h.total_len, h.frag_len) = (seq, 1, 8, 8);
+        (h.seq, h.tag, h.total_len, h.frag_len) = (seq, tag, 8, 8);
         (h, bytes::Bytes::from_static(&[7; 8]))
+    }
+
+    /// Rank 0's shared state with one shared-memory rail to rank 1, and
+    /// rank 1's end of it (small frames reach the sink whole: `on_frame`).
+    fn one_peer() -> (Shared, StreamRail<ShmStream>) {
+        let mut core = Core::new(Config::default());
+        core.add_peer(1, 1);
+        let shared = Shared::new(core, vec![Arc::new(Slot::new(1, 0, "shm to rank 1".into()))], 0);
+        let (a, b) = ShmStream::pair(1 << 16).unwrap();
+        let rail = |s| {
+            let caps = multirail_transport::RailCaps {
+                name: "shm".into(),
+                bandwidth: 0,
+                latency: Duration::ZERO,
+                max_frame: 1 << 20,
+            };
+            StreamRail::over(s, caps, multirail_proto::wire::frame::Limits::default())
+        };
+        let (ours, theirs) = (rail(a), rail(b));
+        let caps = RailCaps { host_local: true, ..RailCaps::default() };
+        assert!(shared.install(0, Box::new(ours), ConnId { generation: 1, initiator: 0 }, caps, 1 << 20));
+        (shared, theirs)
+    }
+
+    /// Rank 1 sends eager frames `(seq, tag)`.
+    fn send(theirs: &mut StreamRail<ShmStream>, frames: impl IntoIterator<Item = (u64, u64)>) {
+        for (seq, tag) in frames {
+            let (h, p) = eager(seq, tag);
+            theirs.send(&h, p);
+        }
+        theirs.flush().unwrap();
     }
 
     /// The spinning loop's clock reading dates the first frames a service
@@ -892,44 +974,47 @@ mod tests {
     /// it does not date every frame from its start.
     #[test]
     fn a_service_dates_its_first_frames_by_the_callers_reading_and_later_ones_by_the_clock() {
-        let mut core = Core::new(Config::default());
-        core.add_peer(1, 1);
-        let shared = Shared::new(core, vec![Arc::new(Slot::new(1, 0, "loopback to rank 1".into()))], 0);
-        // Shared memory: small frames reach the sink whole (`on_frame`).
-        let (a, b) = multirail_transport::shm::ShmStream::pair(1 << 16).unwrap();
-        let rail = |s| {
-            let caps = multirail_transport::RailCaps {
-                name: "shm".into(),
-                bandwidth: 0,
-                latency: Duration::ZERO,
-                max_frame: 1 << 20,
-            };
-            multirail_transport::tcp::StreamRail::over(s, caps, multirail_proto::wire::frame::Limits::default())
-        };
-        let (ours, mut theirs) = (rail(a), rail(b));
-        let caps = RailCaps { host_local: true, ..RailCaps::default() };
-        assert!(shared.install(0, Box::new(ours), ConnId { generation: 1, initiator: 0 }, caps, 1 << 20));
+        let (shared, mut theirs) = one_peer();
         let heard = || shared.lock().core.last_heard(1).map(Time::as_nanos);
-        let (h, p) = eager(0);
-        theirs.send(&h, p);
-        theirs.flush().unwrap();
+        send(&mut theirs, [(0, 1)]);
         let late = shared.origin + Duration::from_secs(1000);
         assert!(shared.service_at(0, Some(late)).received);
         assert_eq!(heard(), Some(1_000_000_000_000), "the caller's reading");
-        for seq in 1..FRAMES_PER_READING as u64 {
-            let (h, p) = eager(seq);
-            theirs.send(&h, p);
-        }
-        theirs.flush().unwrap();
+        send(&mut theirs, (1..FRAMES_PER_READING as u64).map(|s| (s, 1)));
         assert!(shared.service_at(0, Some(late + Duration::from_secs(1000))).received);
         assert_eq!(heard(), Some(2_000_000_000_000), "as many frames as one reading dates");
-        for seq in FRAMES_PER_READING as u64..2 * FRAMES_PER_READING as u64 + 1 {
-            let (h, p) = eager(seq);
-            theirs.send(&h, p);
-        }
-        theirs.flush().unwrap();
+        send(&mut theirs, (FRAMES_PER_READING as u64..2 * FRAMES_PER_READING as u64 + 1).map(|s| (s, 1)));
         assert!(shared.service_at(0, Some(late + Duration::from_secs(3000))).received);
         let last = heard().unwrap();
         assert!(last < 1_000_000_000_000, "the later frames read the clock: {last} ns");
+    }
+
+    /// One waiting thread's request completes into a slot of its own (not
+    /// the map); a second waiter uses the map; a wait that gives up moves
+    /// a completion that came meanwhile into the map, where the next wait
+    /// finds it.
+    #[test]
+    fn an_awaited_completion_is_kept_for_its_waiter_and_goes_to_the_map_when_the_wait_gives_up() {
+        let (shared, mut theirs) = one_peer();
+        let recv = |tag| shared.with_core(|c, now| c.irecv(Some(1), Some(tag), BytesMut::zeroed(8), now));
+        let (a, b) = (recv(1), recv(2));
+        assert!(matches!(shared.take_or_await(a), (None, true)));
+        assert!(matches!(shared.take_or_await(b), (None, false)), "one awaited request at a time");
+        send(&mut theirs, [(0, 2), (1, 1)]);
+        assert!(shared.service(0).received);
+        {
+            let g = shared.lock();
+            assert!(g.done.contains_key(&b), "the second waiter's completion is in the map");
+            assert!(!g.done.contains_key(&a) && g.awaited_done.is_some(), "the awaited one is in its slot");
+        }
+        shared.end_await();
+        assert!(matches!(shared.take_or_await(a), (Some(Completion::Recv(Ok(st), _)), false) if st.tag == 1));
+        let c = recv(3);
+        assert!(matches!(shared.take_or_await(c), (None, true)), "the slot is free again");
+        assert!(shared.lock().take_awaited(c).is_none());
+        send(&mut theirs, [(2, 3)]);
+        assert!(shared.service(0).received);
+        assert!(matches!(shared.lock().take_awaited(c), Some(Completion::Recv(Ok(st), _)) if st.tag == 3));
+        assert!(shared.lock().awaited.is_none(), "taking it ended the wait");
     }
 }
