@@ -592,11 +592,7 @@ impl Endpoint {
     /// output without writing it (write coalescing): whoever runs the
     /// engine's loop next, or flushes, writes it with what follows.
     fn isend_deferred(&self, peer: u32, tag: u64, data: Bytes) -> (ReqId, Time) {
-        let (r, wake) = self.shared.with_core_deferred(|c, now| (c.isend(peer, tag, data, now), now));
-        for i in wake {
-            self.shared.defer_slot(i);
-        }
-        r
+        self.queue_sends(None, |c, now| (c.isend(peer, tag, data, now), now))
     }
 
     /// [`Endpoint::isend_deferred`] for the application, at `now` (the
@@ -609,10 +605,16 @@ impl Endpoint {
         data: Bytes,
         now: Time,
     ) -> (ReqId, Time, Option<Result<(), SendError>>) {
-        let (r, wake) = self.shared.with_core_deferred_at(Some(now), |c, now| {
+        self.queue_sends(Some(now), |c, now| {
             let id = c.isend(peer, tag, data, now);
             (id, now, c.take_send_done(id))
-        });
+        })
+    }
+
+    /// Runs `f` on the core (at `at`, or the clock's time) and marks the
+    /// connections it gave output as deferred, unwritten.
+    fn queue_sends<R>(&self, at: Option<Time>, f: impl FnOnce(&mut Core, Time) -> R) -> R {
+        let (r, wake) = self.shared.with_core_deferred_at(at, f);
         for i in wake {
             self.shared.defer_slot(i);
         }

@@ -113,7 +113,7 @@ const PARK: Duration = Duration::from_secs(2);
 pub struct Inner {
     pub core: Core,
     pub done: HashMap<ReqId, Completion, BuildHasherDefault<IdHasher>>,
-    /// The request one thread waits for in [`Shared::await_done`] (at most
+    /// The request one thread waits for ([`Shared::take_or_await`]; at most
     /// one at a time; others wait on `done`), and its completion once it
     /// came: a wait for the next message (a ping-pong's every one) takes
     /// it here, not through the map.
