@@ -243,7 +243,7 @@ impl Shared {
     }
 
     pub fn now(&self) -> Time {
-        Time::from_nanos(self.origin.elapsed().as_nanos() as u64)
+        self.time_of(Instant::now())
     }
 
     pub fn instant(&self, t: Time) -> Instant {

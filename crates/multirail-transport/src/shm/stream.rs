@@ -75,6 +75,11 @@ const DOORBELL_EVERY: u32 = 256;
 /// stream; one that dies, by the doorbell.
 const CLOSED_CHECK_EVERY: u32 = 64;
 
+/// What a write to a peer that closed or went away returns.
+fn peer_closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "shm peer closed or went away")
+}
+
 fn ring_err(e: impl Into<ShmError>) -> io::Error {
     e.into().into()
 }
@@ -255,13 +260,13 @@ impl ShmStream {
         }
         self.writes_unchecked = (self.writes_unchecked + 1) % CLOSED_CHECK_EVERY;
         if self.peer_gone || self.peer_ended {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "shm peer closed or went away"));
+            return Err(peer_closed());
         }
         let n = self.tx.write_vectored(bufs).map_err(ring_err)?;
         if n == 0 {
             if self.tx.is_consumer_closed() {
                 self.peer_ended = true;
-                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "shm peer closed or went away"));
+                return Err(peer_closed());
             }
             self.write_blocked = true;
             return Err(io::ErrorKind::WouldBlock.into());
