@@ -163,6 +163,115 @@ pub(crate) fn crowded(now: std::time::Instant) -> bool {
     v
 }
 
+/// How often a waiter reads again where a local peer last ran (between,
+/// it answers from its last reading). Unpinned ranks move between CPUs
+/// now and then; a stale answer costs at most this long of the wrong
+/// choice (a sleep where a spin would have done, or today's spin).
+const PEER_CPU_RECHECK: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Where the processes of this host's peers last ran, for how a wait
+/// spins (`engine::SpinPlan`).
+///
+/// A waiter whose peer last ran on the waiter's own CPU waits for a
+/// process that cannot run while it spins: the peer is queued behind it
+/// (pinned there, or put there by the scheduler). Such a wait gives its
+/// CPU away (`sched_yield`) between all its rounds, instead of spinning
+/// its first 20 µs before it does; a wait for a peer elsewhere spins as
+/// before. Measured on this 2-CPU machine with 4 ranks (`bench multi_lat
+/// --pairs 2 --sizes 8 --rails shm`, docs/benchmarks.md, 2026-12-02):
+/// pairs sharing a CPU (`--pin 0,1,0,1`) took 23.5 µs spinning first,
+/// 4.5 sleeping at once and 3.3 yielding at once; pairs across the CPUs
+/// (`--pin 0,0,1,1`) 1.6 spinning first, and sleeping at once whenever a
+/// same-CPU rank was waited for (`mbw_mr`'s barrier) halved `mbw_mr`
+/// there, while yielding kept it.
+///
+/// The reading is `/proc/PID/stat`'s `processor` field: the CPU the
+/// peer's main thread last ran on. A peer whose messages come from
+/// another of its threads is judged by its main thread (a wrong answer
+/// costs a yield or a spin, never a message). Peers in this very process
+/// (threads posing as ranks) are not watched.
+pub(crate) struct PeerCpus {
+    peers: Vec<std::sync::Mutex<Option<PeerCpu>>>,
+    origin: std::time::Instant,
+}
+
+struct PeerCpu {
+    pid: u32,
+    stat: std::fs::File,
+    /// Nanoseconds since `origin` of the last reading plus one (0: none).
+    read_at: u64,
+    /// The CPU it last ran on, at the last reading.
+    cpu: Option<u32>,
+    /// Whether the last answer was "it last ran on this thread's CPU"
+    /// (logged when it changes).
+    shared: bool,
+}
+
+impl PeerCpus {
+    /// For a job of `size` ranks; no peer is watched yet.
+    pub fn new(size: usize) -> PeerCpus {
+        PeerCpus { peers: (0..size).map(|_| std::sync::Mutex::new(None)).collect(), origin: std::time::Instant::now() }
+    }
+
+    /// Watches rank `peer`, whose process is `pid` (told by its `shm`
+    /// connection). Our own PID is ignored (ranks that are threads of this
+    /// process), as is a process whose stat file cannot be opened.
+    pub fn watch(&self, peer: u32, pid: u32) {
+        if pid == std::process::id() {
+            return;
+        }
+        let Some(slot) = self.peers.get(peer as usize) else { return };
+        let Ok(stat) = std::fs::File::open(format!("/proc/{pid}/stat")) else { return };
+        if let Ok(mut g) = slot.lock() {
+            *g = Some(PeerCpu { pid, stat, read_at: 0, cpu: None, shared: false });
+        }
+    }
+
+    /// Whether rank `peer` last ran on the CPU this thread runs on (at
+    /// `now`, a clock reading taken a moment ago). False when the peer is
+    /// not watched, when its reading is taken by another thread this
+    /// moment, or when anything cannot be read.
+    pub fn shares_cpu(&self, peer: u32, now: std::time::Instant) -> bool {
+        let Some(slot) = self.peers.get(peer as usize) else { return false };
+        let Ok(mut g) = slot.try_lock() else { return false };
+        let Some(w) = g.as_mut() else { return false };
+        let Some(mine) = multirail_transport::shm::current_cpu() else { return false };
+        let t = now.saturating_duration_since(self.origin).as_nanos() as u64 + 1;
+        if w.read_at == 0 || t.saturating_sub(w.read_at) >= PEER_CPU_RECHECK.as_nanos() as u64 {
+            w.read_at = t;
+            let mut buf = [0u8; 1024];
+            w.cpu = std::os::unix::fs::FileExt::read_at(&w.stat, &mut buf, 0)
+                .ok()
+                .and_then(|n| std::str::from_utf8(&buf[..n]).ok().and_then(processor_of));
+        }
+        let shared = w.cpu == Some(mine);
+        if shared != w.shared {
+            w.shared = shared;
+            if shared {
+                tracing::debug!(
+                    "rank {peer} (pid {}) last ran on this thread's CPU {mine}: waits for it yield the CPU from their first round",
+                    w.pid
+                );
+            } else {
+                tracing::debug!(
+                    "rank {peer} (pid {}) runs on another CPU than this thread's: waits for it spin first",
+                    w.pid
+                );
+            }
+        }
+        shared
+    }
+}
+
+/// The CPU a `/proc/PID/stat` line says the task last ran on (field 39,
+/// `processor`). The command name (field 2) is in parentheses and may
+/// itself hold spaces and parentheses: fields are counted after the last
+/// `)`, where field 3 (the state) begins.
+fn processor_of(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(39 - 3)?.parse().ok()
+}
+
 /// The number of runnable threads in `/proc/loadavg` contents
 /// (`0.52 0.58 0.59 3/456 12345`: the 3).
 fn runnable_of(s: &str) -> Option<usize> {
@@ -172,6 +281,83 @@ fn runnable_of(s: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_processor_field_of_a_stat_line() {
+        // Fields 3.. after the name: state, then 35 more, then processor.
+        let tail: Vec<String> = (4..=38).map(|i| i.to_string()).collect();
+        let line = format!("4242 (a (b) c) S {} 7 0 0\n", tail.join(" "));
+        assert_eq!(processor_of(&line), Some(7));
+        assert_eq!(processor_of("4242 (x) S 1 2 3"), None, "too short");
+        assert_eq!(processor_of("no parenthesis"), None);
+        // This process's own line parses, and names a CPU that exists.
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let cpu = processor_of(&own).expect("own stat parses");
+        assert!((cpu as usize) < 4096, "{own}");
+    }
+
+    /// A peer process pinned to one CPU is seen there: sharing with a
+    /// thread pinned to that CPU, not with one pinned elsewhere.
+    #[test]
+    fn a_watched_peer_is_seen_on_the_cpu_it_is_pinned_to() {
+        use std::process::Command;
+        if Command::new("taskset").arg("--version").output().is_err() {
+            eprintln!("SKIPPED: taskset is not installed (util-linux)");
+            return;
+        }
+        let usable = usable();
+        // This thread, pinned from outside (`taskset -p` on its TID).
+        let tid = std::fs::read_link("/proc/thread-self").unwrap();
+        let tid = tid.file_name().unwrap().to_str().unwrap().to_string();
+        let pin_self = |cpu: usize| {
+            let ok = Command::new("taskset").args(["-p", "-c", &cpu.to_string(), &tid]).output().unwrap();
+            assert!(ok.status.success(), "taskset -p: {}", String::from_utf8_lossy(&ok.stderr));
+            std::thread::yield_now();
+            assert_eq!(multirail_transport::shm::current_cpu(), Some(cpu as u32), "pinned to {cpu}");
+        };
+        // A child that runs on `cpu`, then sleeps there.
+        let spawn = |cpu: usize| {
+            let c = Command::new("taskset").args(["-c", &cpu.to_string(), "sleep", "30"]).spawn().unwrap();
+            let t0 = std::time::Instant::now();
+            // taskset execs sleep in the same process: wait until it has.
+            while std::fs::read_to_string(format!("/proc/{}/comm", c.id())).unwrap_or_default().trim() != "sleep" {
+                assert!(t0.elapsed() < std::time::Duration::from_secs(10), "the child never ran sleep");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            c
+        };
+        let later = || std::time::Instant::now() + PEER_CPU_RECHECK * 2;
+        let mut children = vec![spawn(usable[0])];
+        let pcs = PeerCpus::new(3);
+        pcs.watch(1, children[0].id());
+        pin_self(usable[0]);
+        assert!(pcs.shares_cpu(1, later()), "peer and thread on CPU {}", usable[0]);
+        if let Some(&other) = usable.get(1) {
+            children.push(spawn(other));
+            pcs.watch(2, children[1].id());
+            assert!(!pcs.shares_cpu(2, later()), "peer on {other}, thread on {}", usable[0]);
+            // The thread moves: the answers follow at the next reading.
+            pin_self(other);
+            let t = later() + PEER_CPU_RECHECK * 2;
+            assert!(!pcs.shares_cpu(1, t), "peer on {}, thread on {other}", usable[0]);
+            assert!(pcs.shares_cpu(2, t), "both on {other}");
+        } else {
+            eprintln!("one usable CPU: the case of a peer elsewhere is not checked");
+        }
+        for mut c in children {
+            c.kill().ok();
+            c.wait().ok();
+        }
+        // Let the test harness's thread go anywhere again.
+        let all = format_list(&usable);
+        Command::new("taskset").args(["-p", "-c", &all, &tid]).output().unwrap();
+        // Unwatched peers, and our own process, never share.
+        let own = PeerCpus::new(2);
+        own.watch(1, std::process::id());
+        assert!(!own.shares_cpu(1, later()));
+        assert!(!own.shares_cpu(0, later()));
+        assert!(!own.shares_cpu(9, later()));
+    }
 
     #[test]
     fn the_runnable_count_of_loadavg() {

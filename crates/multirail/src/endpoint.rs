@@ -520,6 +520,15 @@ impl Endpoint {
         self.shared.spin_yields.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many waits gave their CPU away between all their rounds (not
+    /// only after 20 µs) because the peer they waited for last ran on the
+    /// waiting thread's CPU (another process of this host, reached over
+    /// `shm`). A diagnostic.
+    #[doc(hidden)]
+    pub fn peer_here_waits(&self) -> u64 {
+        self.shared.peer_here_waits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// How many rounds a spinning wait of the polled engine skipped
     /// because every rail it reads said nothing was there (shared memory
     /// can tell cheaply; sockets cannot). A diagnostic.
@@ -635,7 +644,7 @@ impl Endpoint {
         if small {
             self.shared.last_isend.store(now.as_nanos(), std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(SendRequest { ep: self, id, early })
+        Ok(SendRequest { ep: self, id, peer, early })
     }
 
     /// Posts a receive into `buf` (its length is the most it takes; no
@@ -653,10 +662,11 @@ impl Endpoint {
         let buf = buf.into();
         let (id, wake) = self.shared.with_core_deferred(|c, now| c.irecv(src, tag, buf, now));
         self.shared.send_now_or_wake(wake);
-        Ok(RecvRequest { ep: self, id })
+        Ok(RecvRequest { ep: self, id, src })
     }
 
-    fn wait_id(&self, id: ReqId, timeout: Option<Duration>) -> Result<Completion, Error> {
+    /// Waits for request `id`, whose other end is rank `peer` (none: any).
+    fn wait_id(&self, id: ReqId, peer: Option<u32>, timeout: Option<Duration>) -> Result<Completion, Error> {
         let engine = self.engine()?;
         let (c, awaits) = self.shared.take_or_await(id);
         if let Some(c) = c {
@@ -668,7 +678,7 @@ impl Endpoint {
             got = got.take().or_else(|| if awaits { g.take_awaited(id) } else { g.done.remove(&id) });
             got.is_some()
         };
-        if !engine.wait_until(&self.shared, &mut done, now_plus(timeout)) {
+        if !engine.wait_for(&self.shared, &mut done, now_plus(timeout), peer) {
             if awaits {
                 self.shared.end_await();
             }
@@ -873,6 +883,9 @@ impl Endpoint {
 pub struct SendRequest<'a> {
     ep: &'a Endpoint,
     id: ReqId,
+    /// The destination (a wait for a peer on this thread's CPU sleeps at
+    /// once: [`crate::cpus::PeerCpus`]).
+    peer: u32,
     /// The outcome, when the send completed inside `isend` (it is then not
     /// in the shared map of completions).
     early: Option<Result<(), SendError>>,
@@ -891,7 +904,7 @@ impl SendRequest<'_> {
         if let Some(r) = self.early {
             return r.map_err(Error::from);
         }
-        match self.ep.wait_id(self.id, t)? {
+        match self.ep.wait_id(self.id, Some(self.peer), t)? {
             Completion::Send(r) => r.map_err(Error::from),
             Completion::Recv(..) => unreachable!("a send completes as a send"),
         }
@@ -903,6 +916,8 @@ impl SendRequest<'_> {
 pub struct RecvRequest<'a> {
     ep: &'a Endpoint,
     id: ReqId,
+    /// The source asked for (none: any).
+    src: Option<u32>,
 }
 
 impl RecvRequest<'_> {
@@ -918,7 +933,7 @@ impl RecvRequest<'_> {
     /// The buffer back whatever happened, and the outcome (truncation
     /// keeps the buffer usable).
     pub fn wait_with_buffer(self, t: Option<Duration>) -> Result<(BytesMut, Result<Status, Error>), Error> {
-        match self.ep.wait_id(self.id, t)? {
+        match self.ep.wait_id(self.id, self.src, t)? {
             Completion::Recv(r, buf) => Ok((buf, r.map_err(Error::from))),
             Completion::Send(_) => unreachable!("a receive completes as a receive"),
         }
@@ -949,18 +964,18 @@ impl Request<'_> {
     /// [`Request`] to test or wait on. A detached request never attached
     /// again leaves its completion with the endpoint until it closes.
     pub fn detach(self) -> Detached {
-        let (ep, id, send) = match self {
+        let (ep, id, send, peer) = match self {
             Request::Send(r) => {
                 // A completion kept in the request goes where an attached
                 // request looks for it.
                 if let Some(res) = r.early {
                     r.ep.shared.lock().done.insert(r.id, Completion::Send(res));
                 }
-                (r.ep, r.id, true)
+                (r.ep, r.id, true, Some(r.peer))
             }
-            Request::Recv(r) => (r.ep, r.id, false),
+            Request::Recv(r) => (r.ep, r.id, false, r.src),
         };
-        Detached { owner: Arc::as_ptr(&ep.shared) as usize, id, send }
+        Detached { owner: Arc::as_ptr(&ep.shared) as usize, id, send, peer }
     }
 }
 
@@ -972,6 +987,8 @@ pub struct Detached {
     owner: usize,
     id: ReqId,
     send: bool,
+    /// The request's other end (none: any source).
+    peer: Option<u32>,
 }
 
 impl Detached {
@@ -988,10 +1005,10 @@ impl Endpoint {
         if d.owner != Arc::as_ptr(&self.shared) as usize {
             return Err(Error::Config("the request belongs to another endpoint".into()));
         }
-        Ok(if d.send {
-            Request::Send(SendRequest { ep: self, id: d.id, early: None })
-        } else {
-            Request::Recv(RecvRequest { ep: self, id: d.id })
+        Ok(match (d.send, d.peer) {
+            (true, Some(peer)) => Request::Send(SendRequest { ep: self, id: d.id, peer, early: None }),
+            (true, None) => unreachable!("a detached send keeps its destination"),
+            (false, src) => Request::Recv(RecvRequest { ep: self, id: d.id, src }),
         })
     }
 }

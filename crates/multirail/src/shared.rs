@@ -155,6 +155,12 @@ pub struct Shared {
     /// Spinning rounds skipped because nothing could be there
     /// (diagnostics: see `Endpoint::quiet_rounds`).
     pub quiet_rounds: AtomicU64,
+    /// Where this host's peers last ran ([`crate::cpus::PeerCpus`]).
+    pub peer_cpus: crate::cpus::PeerCpus,
+    /// Waits that yielded from their first round because the peer they
+    /// waited for last ran on the waiter's CPU (diagnostics: see
+    /// `Endpoint::peer_here_waits`).
+    pub peer_here_waits: AtomicU64,
     /// `isend`s since the last wait, and when the last one was made
     /// (nanoseconds since `origin`): write coalescing (`Config::coalesce`).
     pub burst: AtomicU64,
@@ -196,6 +202,7 @@ impl Shared {
     /// `rank`, ours), rails in index order.
     pub fn new(core: Core, slots: Vec<Arc<Slot>>, rank: PeerId) -> Shared {
         let rails = slots.iter().map(|s| s.rail + 1).max().unwrap_or(1);
+        let ranks = slots.len() / rails + 1;
         debug_assert!(slots.iter().enumerate().all(|(i, s)| {
             let p = s.peer - (s.peer > rank) as PeerId;
             i == p as usize * rails + s.rail
@@ -222,6 +229,8 @@ impl Shared {
             sleep_timeouts: AtomicU64::new(0),
             spin_yields: AtomicU64::new(0),
             quiet_rounds: AtomicU64::new(0),
+            peer_cpus: crate::cpus::PeerCpus::new(ranks),
+            peer_here_waits: AtomicU64::new(0),
             burst: AtomicU64::new(0),
             last_isend: AtomicU64::new(0),
             deferred_any: AtomicBool::new(false),

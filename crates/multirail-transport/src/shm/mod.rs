@@ -157,3 +157,12 @@ impl From<ShmError> for io::Error {
         }
     }
 }
+
+/// The CPU the calling thread runs on now (`sched_getcpu(3)`: glibc reads
+/// it from the thread's rseq area or the vDSO, without a system call), if
+/// the kernel tells.
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).ok()
+}

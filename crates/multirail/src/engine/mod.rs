@@ -37,11 +37,38 @@ pub(crate) const TIMER_AFTER_WORK: Duration = Duration::from_micros(200);
 /// --sizes 8` fell into that in 3 to 5 of 12 short runs).
 pub(crate) const YIELD_AFTER: Duration = Duration::from_micros(20);
 
-/// Between two rounds of a spinning wait that began at `start`: lets
-/// another thread of this CPU run once the wait is long and the machine
-/// has threads waiting for a CPU.
-pub(crate) fn spin_pause(shared: &Shared, start: Instant, now: Instant) {
-    if now.saturating_duration_since(start) >= YIELD_AFTER && crate::cpus::crowded(now) {
+/// How a wait that was not over at once spins.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SpinPlan {
+    /// The wait's first clock reading.
+    pub start: Instant,
+    /// Spinning ends here (then the wait sleeps).
+    pub until: Instant,
+    /// The peer it waits for last ran on this thread's CPU: give the CPU
+    /// away between all rounds, not only after [`YIELD_AFTER`].
+    pub peer_here: bool,
+}
+
+impl SpinPlan {
+    /// The plan of a wait that begins at `now`, spinning at most `spin`,
+    /// for what rank `awaited` will send or take (none: unknown or any).
+    /// A wait for a peer that last ran on this thread's CPU
+    /// ([`crate::cpus::PeerCpus`]) yields from its first round: the peer
+    /// cannot run while this thread spins.
+    pub fn new(shared: &Shared, spin: Duration, awaited: Option<u32>, now: Instant) -> SpinPlan {
+        let peer_here = !spin.is_zero() && awaited.is_some_and(|p| shared.peer_cpus.shares_cpu(p, now));
+        if peer_here {
+            shared.peer_here_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        SpinPlan { start: now, until: now + spin, peer_here }
+    }
+}
+
+/// Between two rounds of a spinning wait: lets another thread of this CPU
+/// run when the peer waited for is queued on it, or once the wait is long
+/// and the machine has threads waiting for a CPU.
+pub(crate) fn spin_pause(shared: &Shared, plan: &SpinPlan, now: Instant) {
+    if plan.peer_here || (now.saturating_duration_since(plan.start) >= YIELD_AFTER && crate::cpus::crowded(now)) {
         shared.spin_yields.fetch_add(1, Ordering::Relaxed);
         std::thread::yield_now();
     } else {
@@ -248,14 +275,27 @@ impl Engine {
     /// Blocks until `done` (checked with the shared state locked) or
     /// `deadline`; returns `done`.
     pub fn wait_until(&self, shared: &Shared, done: &mut Done<'_>, deadline: Option<Instant>) -> bool {
+        self.wait_for(shared, done, deadline, None)
+    }
+
+    /// [`Engine::wait_until`] for what rank `awaited` will send or take
+    /// (none: unknown, or any rank): a wait for a peer that last ran on
+    /// this thread's CPU yields between all its rounds ([`SpinPlan`]).
+    pub fn wait_for(
+        &self,
+        shared: &Shared,
+        done: &mut Done<'_>,
+        deadline: Option<Instant>,
+        awaited: Option<u32>,
+    ) -> bool {
         // A wait ends a burst of `isend`s: what they left is written now
         // (also when what it waits for is done already).
         if shared.burst.load(Ordering::Relaxed) > 0 && shared.burst.swap(0, Ordering::Relaxed) > 0 {
             shared.flush_deferred();
         }
         match self {
-            Engine::Threaded(t) => t.wait_until(shared, done, deadline),
-            Engine::Polled(p) => p.wait_until(shared, done, deadline),
+            Engine::Threaded(t) => t.wait_until(shared, done, deadline, awaited),
+            Engine::Polled(p) => p.wait_until(shared, done, deadline, awaited),
         }
     }
 

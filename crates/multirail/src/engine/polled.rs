@@ -196,13 +196,19 @@ impl Polled {
         lp.waiters.load(Ordering::Acquire) == 0 && since < HANDOFF
     }
 
-    pub fn wait_until(&self, shared: &Shared, done: &mut Done<'_>, deadline: Option<Instant>) -> bool {
+    pub fn wait_until(
+        &self,
+        shared: &Shared,
+        done: &mut Done<'_>,
+        deadline: Option<Instant>,
+        awaited: Option<u32>,
+    ) -> bool {
         let lp = &self.lp;
         lp.waiters.fetch_add(1, Ordering::AcqRel);
         // One clock reading per round, taken after `done` said no (a wait
         // that is over at once reads none); the round's progress and the
         // end of the wait use it too.
-        let mut start = None;
+        let mut plan = None;
         let mut last = None;
         let r = loop {
             if done(&mut shared.lock()) {
@@ -210,8 +216,8 @@ impl Polled {
             }
             let now = Instant::now();
             last = Some(now);
-            let start = *start.get_or_insert(now);
-            let spin_until = start + self.spin;
+            let plan = *plan.get_or_insert_with(|| super::SpinPlan::new(shared, self.spin, awaited, now));
+            let spin_until = plan.until;
             if deadline.is_some_and(|d| now >= d) {
                 break done(&mut shared.lock());
             }
@@ -220,7 +226,7 @@ impl Polled {
                     st.quiet += 1;
                     drop(st);
                     shared.quiet_rounds.fetch_add(1, Ordering::Relaxed);
-                    super::spin_pause(shared, start, now);
+                    super::spin_pause(shared, &plan, now);
                 }
                 Ok(mut st) => {
                     st.quiet = 0;
@@ -235,7 +241,7 @@ impl Polled {
                     }
                     if cap.is_zero() {
                         drop(st);
-                        super::spin_pause(shared, start, now);
+                        super::spin_pause(shared, &plan, now);
                     }
                 }
                 Err(_) => {

@@ -147,9 +147,15 @@ impl Threaded {
     /// Waits until `done` (checked with the shared state locked) or
     /// `deadline`: runs the loop itself for the spin time, then sleeps
     /// until the IO threads complete something.
-    pub fn wait_until(&self, shared: &Shared, done: &mut Done<'_>, deadline: Option<Instant>) -> bool {
-        let start = Instant::now();
-        let spin_until = start + self.spin;
+    pub fn wait_until(
+        &self,
+        shared: &Shared,
+        done: &mut Done<'_>,
+        deadline: Option<Instant>,
+        awaited: Option<u32>,
+    ) -> bool {
+        // Decided once the wait is found not done at once.
+        let mut plan = None;
         self.gate.spinning.fetch_add(1, Ordering::SeqCst);
         let spun = loop {
             if done(&mut shared.lock()) {
@@ -159,7 +165,8 @@ impl Threaded {
             if deadline.is_some_and(|d| now >= d) {
                 break Some(done(&mut shared.lock()));
             }
-            if now >= spin_until {
+            let plan = *plan.get_or_insert_with(|| super::SpinPlan::new(shared, self.spin, awaited, now));
+            if now >= plan.until {
                 break None;
             }
             if let Ok(mut app) = self.app.try_lock() {
@@ -175,7 +182,7 @@ impl Threaded {
                 let _running = super::Running::enter_all();
                 polled::progress(shared, &mut app.st, Duration::ZERO, now);
             }
-            super::spin_pause(shared, start, now);
+            super::spin_pause(shared, &plan, now);
         };
         if let Some(r) = spun {
             self.gate.wait_ended();
