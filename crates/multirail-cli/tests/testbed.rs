@@ -132,6 +132,53 @@ fn rail_taken_down_with_ip_link_mid_run() {
 
 /// The args of a validated `bench TEST` in testbed `tb`, ranks pinned,
 /// then `more`.
+/// Ranks on two hosts of the testbed (two network namespaces, one kernel)
+/// pinned to one CPU find each other there through the address table's
+/// PIDs, as ranks of one host do, and so give the CPU away from the first
+/// round of a wait; pinned to two CPUs they do not.
+#[test]
+fn testbed_ranks_pinned_to_one_cpu_see_each_other_there() {
+    let usable = multirail::cpus::usable();
+    if usable.len() < 2 || multirail::cpus::host() < 2 {
+        eprintln!("skipped: fewer than 2 usable CPUs here (ranks do not spin on one CPU)");
+        return;
+    }
+    let Some(tb) = Testbed::up("c", "1gbit") else { return };
+    let log = |pin: String| {
+        let o = multirail(&[
+            "bench",
+            "latency",
+            "--testbed",
+            "--testbed-prefix",
+            &tb.0,
+            "--sizes",
+            "8",
+            "--iterations",
+            "200",
+            "--warmup",
+            "2",
+            "--pin",
+            &pin,
+        ])
+        .env("MULTIRAIL_LOG", "warn,multirail::cpus=debug")
+        .env_remove("MULTIRAIL_SPIN_US")
+        .output()
+        .unwrap();
+        check(&o, &format!("--pin {pin}"))
+    };
+    let (a, b) = (usable[0], usable[1]);
+    let err = log(format!("{a},{a}"));
+    for peer in [0, 1] {
+        let said = err.lines().any(|l| {
+            l.contains(&format!("rank {peer} (pid "))
+                && l.contains(&format!("last ran on this thread's CPU {a}: waits for it yield"))
+        });
+        assert!(said, "rank {peer} was not found on CPU {a}: {err}");
+    }
+    let err = log(format!("{a},{b}"));
+    assert!(!err.contains("last ran on this thread's CPU"), "ranks on CPUs {a} and {b}: {err}");
+}
+
 fn validated_in<'a>(tb: &'a Testbed, test: &'a str, more: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec!["bench", test, "--testbed", "--testbed-prefix", &tb.0, "--pin", "0,1", "--validate"];
     a.extend_from_slice(more);

@@ -18,7 +18,7 @@ use crate::{Config, Error};
 
 /// Rail index used in the HELLO of the bootstrap connection.
 pub const BOOT_RAIL: u16 = u16::MAX;
-const TABLE_MAGIC: u32 = 0x4d52_5448; // "MRTH": rows with a host identity
+const TABLE_MAGIC: u32 = 0x4d52_5450; // "MRTP": rows with a host identity and a PID
 /// Rank 0's refusal, sent instead of the table: a reason for the user.
 const REFUSAL_MAGIC: u32 = 0x4d52_5445; // "MRTE"
 /// Version of the refusal message.
@@ -43,6 +43,10 @@ pub(crate) struct Conn {
 pub(crate) struct Row {
     /// Where the rank runs ([`crate::hosts`]).
     pub host: HostId,
+    /// Its process ID in its PID namespace (0: unknown): peers on the same
+    /// kernel and PID namespace look up where it runs
+    /// ([`crate::cpus::PeerCpus`]).
+    pub pid: u32,
     /// Its listener for the automatic `shm` rail (none with
     /// `MULTIRAIL_SHM=off` or a rail list naming `shm`).
     pub shm: Option<SocketAddr>,
@@ -182,12 +186,12 @@ fn decode_addr(b: &[u8]) -> Result<SocketAddr, String> {
     Ok(SocketAddr::new(ip, u16::from_le_bytes([b[17], b[18]])))
 }
 
-/// Bytes of one rank's row before its rail entries: host identity, then
-/// the automatic `shm` rail's listener (port 0: none).
-const ROW_HEAD: usize = HOST_ID_LEN + ENTRY;
+/// Bytes of one rank's row before its rail entries: host identity, PID
+/// (u32), then the automatic `shm` rail's listener (port 0: none).
+const ROW_HEAD: usize = HOST_ID_LEN + 4 + ENTRY;
 
 /// Table wire format: magic, ranks (u32), rails (u16), then `ranks` rows
-/// of host identity (32), `shm` listener entry, and `rails` entries; an
+/// of host identity (32), PID (4), `shm` listener entry, and `rails` entries; an
 /// entry is family (u8), IPv6 or mapped IPv4 (16), port (u16).
 pub(crate) fn encode_table(t: &[Row], rails: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(10 + t.len() * (ROW_HEAD + rails * ENTRY));
@@ -197,6 +201,7 @@ pub(crate) fn encode_table(t: &[Row], rails: usize) -> Vec<u8> {
     let none = SocketAddr::from(([0, 0, 0, 0], 0));
     for row in t {
         out.extend_from_slice(&row.host.0);
+        out.extend_from_slice(&row.pid.to_le_bytes());
         encode_addr(row.shm.as_ref().unwrap_or(&none), &mut out);
         for a in &row.rails {
             encode_addr(a, &mut out);
@@ -237,9 +242,10 @@ fn read_refusal(s: &mut impl Read, head: &[u8; 10]) -> String {
 fn decode_row(b: &[u8]) -> Result<Row, String> {
     let mut host = [0u8; HOST_ID_LEN];
     host.copy_from_slice(&b[..HOST_ID_LEN]);
-    let shm = Some(decode_addr(&b[HOST_ID_LEN..ROW_HEAD])?).filter(|a| a.port() != 0);
+    let pid = u32::from_le_bytes([b[HOST_ID_LEN], b[HOST_ID_LEN + 1], b[HOST_ID_LEN + 2], b[HOST_ID_LEN + 3]]);
+    let shm = Some(decode_addr(&b[HOST_ID_LEN + 4..ROW_HEAD])?).filter(|a| a.port() != 0);
     let rails = b[ROW_HEAD..].chunks_exact(ENTRY).map(decode_addr).collect::<Result<_, _>>()?;
-    Ok(Row { host: HostId(host), shm, rails })
+    Ok(Row { host: HostId(host), pid, shm, rails })
 }
 
 /// Reads a table from a stream, refusing anything beyond the bounds.
@@ -546,11 +552,13 @@ mod tests {
         let t: Table = vec![
             Row {
                 host: HostId::from_parts([7; 16], 1, 2),
+                pid: 4242,
                 shm: Some("127.0.0.1:4000".parse().unwrap()),
                 rails: vec!["127.0.0.1:5000".parse().unwrap(), "[::1]:6000".parse().unwrap()],
             },
             Row {
                 host: HostId::default(),
+                pid: 0,
                 shm: None,
                 rails: vec!["10.0.0.2:1".parse().unwrap(), "10.1.0.2:65535".parse().unwrap()],
             },
@@ -561,14 +569,16 @@ mod tests {
         assert!(read_table(&mut &b[..], 2, 3).is_err(), "rail count mismatch");
         assert!(read_table(&mut &b[..b.len() - 1], 2, 2).is_err(), "truncated");
         let mut bad = b.clone();
-        bad[10 + HOST_ID_LEN + ENTRY] = 9;
+        bad[10 + HOST_ID_LEN + 4 + ENTRY] = 9;
         assert!(read_table(&mut &bad[..], 2, 2).is_err(), "bad family");
         let mut huge = b.clone();
         huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(read_table(&mut &huge[..], MAX_RANKS, 2).is_err(), "no allocation from a claimed size");
-        let mut old = b.clone();
-        old[..4].copy_from_slice(&0x4d52_5442u32.to_le_bytes());
-        assert!(read_table(&mut &old[..], 2, 2).unwrap_err().contains("protocol version"), "version 2 table");
+        for (magic, what) in [(0x4d52_5442u32, "MRTB"), (0x4d52_5448, "MRTH, without PIDs")] {
+            let mut old = b.clone();
+            old[..4].copy_from_slice(&magic.to_le_bytes());
+            assert!(read_table(&mut &old[..], 2, 2).unwrap_err().contains("protocol version"), "{what}");
+        }
     }
 
     #[test]

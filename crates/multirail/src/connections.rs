@@ -330,9 +330,6 @@ pub(crate) fn adopt(shared: &Shared, me: &Me, c: Conn, id: ConnId) -> Result<boo
         .map_err(|e| format!("shm rail {} to rank {}: {e}", c.rail, c.peer))?;
         let caps = RailCaps { name: format!("shm -> rank {}", c.peer), ..caps };
         buffer = stream.capacity() as u64;
-        if let Some(pid) = stream.peer_pid() {
-            shared.peer_cpus.watch(c.peer, pid);
-        }
         let shm = StreamRail::over(stream, caps, cfg.proto.limits);
         match fault {
             Some(f) => Box::new(FaultRail::new(shm, f)),

@@ -192,12 +192,23 @@ const PEER_CPU_RECHECK: std::time::Duration = std::time::Duration::from_millis(1
 /// (threads posing as ranks) are not watched.
 pub(crate) struct PeerCpus {
     peers: Vec<std::sync::Mutex<Option<PeerCpu>>>,
+    /// The ranks watched, in rank order (set once, at setup).
+    watched: std::sync::OnceLock<Vec<u32>>,
     origin: std::time::Instant,
 }
 
+/// Most watched peers a wait for any rank looks at: each is read again
+/// every [`PEER_CPU_RECHECK`] while waits come, so a larger job's
+/// wildcard waits keep the old rule (spin first) rather than pay for many
+/// readings.
+const ANY_MAX: usize = 8;
+
 struct PeerCpu {
     pid: u32,
-    stat: std::fs::File,
+    /// `/proc/PID/stat`, opened at the first look (none: not yet, or it
+    /// could not be; then `failed`).
+    stat: Option<std::fs::File>,
+    failed: bool,
     /// Nanoseconds since `origin` of the last reading plus one (0: none).
     read_at: u64,
     /// The CPU it last ran on, at the last reading.
@@ -210,21 +221,38 @@ struct PeerCpu {
 impl PeerCpus {
     /// For a job of `size` ranks; no peer is watched yet.
     pub fn new(size: usize) -> PeerCpus {
-        PeerCpus { peers: (0..size).map(|_| std::sync::Mutex::new(None)).collect(), origin: std::time::Instant::now() }
+        PeerCpus {
+            peers: (0..size).map(|_| std::sync::Mutex::new(None)).collect(),
+            watched: std::sync::OnceLock::new(),
+            origin: std::time::Instant::now(),
+        }
     }
 
-    /// Watches rank `peer`, whose process is `pid` (told by its `shm`
-    /// connection). Our own PID is ignored (ranks that are threads of this
-    /// process), as is a process whose stat file cannot be opened.
-    pub fn watch(&self, peer: u32, pid: u32) {
-        if pid == std::process::id() {
-            return;
+    /// Watches every rank `r` with `pids[r]` (a process on this kernel and
+    /// in this PID namespace, from the address table). Our own PID is
+    /// ignored (ranks that are threads of this process). Once; later calls
+    /// do nothing.
+    pub fn watch_all(&self, pids: &[Option<u32>]) {
+        let me = std::process::id();
+        let mut list = Vec::new();
+        for (r, pid) in pids.iter().enumerate() {
+            let (Some(pid), Some(slot)) = (*pid, self.peers.get(r)) else { continue };
+            if pid == me {
+                continue;
+            }
+            if let Ok(mut g) = slot.lock() {
+                *g = Some(PeerCpu { pid, stat: None, failed: false, read_at: 0, cpu: None, shared: false });
+                list.push(r as u32);
+            }
         }
-        let Some(slot) = self.peers.get(peer as usize) else { return };
-        let Ok(stat) = std::fs::File::open(format!("/proc/{pid}/stat")) else { return };
-        if let Ok(mut g) = slot.lock() {
-            *g = Some(PeerCpu { pid, stat, read_at: 0, cpu: None, shared: false });
-        }
+        let _ = self.watched.set(list);
+    }
+
+    /// Whether some watched rank (if at most [`ANY_MAX`] are) last ran on
+    /// the CPU this thread runs on: a wait for any rank.
+    pub fn any_here(&self, now: std::time::Instant) -> bool {
+        let Some(w) = self.watched.get() else { return false };
+        w.len() <= ANY_MAX && w.iter().any(|&p| self.shares_cpu(p, now))
     }
 
     /// Whether rank `peer` last ran on the CPU this thread runs on (at
@@ -234,15 +262,20 @@ impl PeerCpus {
     pub fn shares_cpu(&self, peer: u32, now: std::time::Instant) -> bool {
         let Some(slot) = self.peers.get(peer as usize) else { return false };
         let Ok(mut g) = slot.try_lock() else { return false };
-        let Some(w) = g.as_mut() else { return false };
+        let Some(w) = g.as_mut().filter(|w| !w.failed) else { return false };
         let Some(mine) = multirail_transport::shm::current_cpu() else { return false };
         let t = now.saturating_duration_since(self.origin).as_nanos() as u64 + 1;
         if w.read_at == 0 || t.saturating_sub(w.read_at) >= PEER_CPU_RECHECK.as_nanos() as u64 {
             w.read_at = t;
+            if w.stat.is_none() {
+                w.stat = std::fs::File::open(format!("/proc/{}/stat", w.pid)).ok();
+                w.failed = w.stat.is_none();
+            }
             let mut buf = [0u8; 1024];
-            w.cpu = std::os::unix::fs::FileExt::read_at(&w.stat, &mut buf, 0)
-                .ok()
-                .and_then(|n| std::str::from_utf8(&buf[..n]).ok().and_then(processor_of));
+            w.cpu = w.stat.as_ref().and_then(|f| {
+                let n = std::os::unix::fs::FileExt::read_at(f, &mut buf, 0).ok()?;
+                processor_of(std::str::from_utf8(&buf[..n]).ok()?)
+            });
         }
         let shared = w.cpu == Some(mine);
         if shared != w.shared {
@@ -329,12 +362,14 @@ mod tests {
         let later = || std::time::Instant::now() + PEER_CPU_RECHECK * 2;
         let mut children = vec![spawn(usable[0])];
         let pcs = PeerCpus::new(3);
-        pcs.watch(1, children[0].id());
+        // Rank 2 runs on another CPU, where there is one.
+        let second = usable.get(1).map(|&c| spawn(c));
+        pcs.watch_all(&[None, Some(children[0].id()), second.as_ref().map(|c| c.id())]);
         pin_self(usable[0]);
         assert!(pcs.shares_cpu(1, later()), "peer and thread on CPU {}", usable[0]);
-        if let Some(&other) = usable.get(1) {
-            children.push(spawn(other));
-            pcs.watch(2, children[1].id());
+        if let (Some(&other), Some(second)) = (usable.get(1), second) {
+            children.push(second);
+            assert!(pcs.any_here(later()), "rank 1 is here");
             assert!(!pcs.shares_cpu(2, later()), "peer on {other}, thread on {}", usable[0]);
             // The thread moves: the answers follow at the next reading.
             pin_self(other);
@@ -353,8 +388,8 @@ mod tests {
         Command::new("taskset").args(["-p", "-c", &all, &tid]).output().unwrap();
         // Unwatched peers, and our own process, never share.
         let own = PeerCpus::new(2);
-        own.watch(1, std::process::id());
-        assert!(!own.shares_cpu(1, later()));
+        own.watch_all(&[None, Some(std::process::id())]);
+        assert!(!own.shares_cpu(1, later()) && !own.any_here(later()));
         assert!(!own.shares_cpu(0, later()));
         assert!(!own.shares_cpu(9, later()));
     }

@@ -322,6 +322,7 @@ impl Endpoint {
         let shm_listener = Self::shm_listener(&cfg);
         let mine = Row {
             host: HostId::local(),
+            pid: std::process::id(),
             shm: shm_listener.as_ref().and_then(|l| l.local_addr().ok()),
             rails: listeners.iter().map(|l| l.local_addr()).collect::<Result<_, _>>()?,
         };
@@ -333,6 +334,13 @@ impl Endpoint {
             _ => return Err(Error::Config("rank 0 needs a root listener, other ranks a root address".into())),
         };
         let hosts: Vec<_> = table.iter().map(bootstrap::Row::entry).collect();
+        // Peers on this kernel in this PID namespace (other hosts of the
+        // emulated cluster too): where they run can be looked up.
+        let me_host = table[rank as usize].host;
+        let table_pids: Vec<Option<u32>> = table
+            .iter()
+            .map(|row| (row.pid != 0 && me_host.same_kernel_and_pids(&row.host)).then_some(row.pid))
+            .collect();
         let routes = Arc::new(Routes::plan(rank, &hosts, cfg.rails.len()));
         let host_of = crate::hosts::host_indices(&table.iter().map(|r| r.host).collect::<Vec<_>>());
         let mut rails = boot.rails;
@@ -341,6 +349,7 @@ impl Endpoint {
         let cfg = Arc::new(cfg);
         let me = Me { cfg: cfg.clone(), rank, size, rails, routes: routes.clone() };
         let shared = Arc::new(Self::make_shared(&cfg, &routes, rank, size));
+        shared.peer_cpus.watch_all(&table_pids);
         let engine = Engine::start(&shared, cfg.progress, cfg.spin)?;
         let connections = crate::connections::Connections::start(shared.clone(), me, listeners, addrs)?;
         let ep = Endpoint {

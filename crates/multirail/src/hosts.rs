@@ -56,6 +56,13 @@ impl HostId {
     pub fn known(&self) -> bool {
         self.0 != [0; HOST_ID_LEN]
     }
+
+    /// Both known, with one kernel (boot id) and one PID namespace: the
+    /// two processes share CPUs and see each other's PIDs, whatever their
+    /// network namespaces (the hosts of the emulated cluster).
+    pub fn same_kernel_and_pids(&self, other: &HostId) -> bool {
+        self.known() && other.known() && self.0[..16] == other.0[..16] && self.0[24..] == other.0[24..]
+    }
 }
 
 /// `6f1c...-...` (36 characters with dashes) as 16 bytes.
@@ -207,6 +214,17 @@ mod tests {
 
     fn host(boot: u8, net: u64) -> HostEntry {
         HostEntry { id: HostId::from_parts([boot; 16], net, 1), shm: true }
+    }
+
+    #[test]
+    fn one_kernel_and_pid_namespace_whatever_the_network_namespace() {
+        let a = HostId::from_parts([1; 16], 10, 2);
+        assert!(a.same_kernel_and_pids(&HostId::from_parts([1; 16], 11, 2)), "another testbed host");
+        assert!(!a.same_kernel_and_pids(&HostId::from_parts([1; 16], 10, 3)), "another PID namespace");
+        assert!(!a.same_kernel_and_pids(&HostId::from_parts([2; 16], 10, 2)), "another machine");
+        assert!(
+            !a.same_kernel_and_pids(&HostId::default()) && !HostId::default().same_kernel_and_pids(&HostId::default())
+        );
     }
 
     #[test]

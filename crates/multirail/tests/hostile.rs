@@ -43,10 +43,11 @@ const LONG: Duration = Duration::from_secs(30);
 /// Traffic between ranks 0 and 1: eager and rendezvous, striped.
 const SIZES: [usize; 5] = [0, 100, 20_000, 300_000, 2 << 20];
 
-/// The address table's magic and the size of a row's host identity
-/// (docs/protocol.md §2).
-const TABLE_MAGIC: u32 = 0x4d52_5448;
+/// The address table's magic and the size of a row's host identity and
+/// PID (docs/protocol.md §2).
+const TABLE_MAGIC: u32 = 0x4d52_5450;
 const HOST_ID: usize = 32;
+const PID: usize = 4;
 
 fn rank_config(progress: Progress) -> Config {
     let mut c = config(NRAILS, progress);
@@ -149,8 +150,9 @@ fn encode_row(addrs: &[SocketAddr]) -> Vec<u8> {
     out.extend_from_slice(&TABLE_MAGIC.to_le_bytes());
     out.extend_from_slice(&1u32.to_le_bytes());
     out.extend_from_slice(&(addrs.len() as u16).to_le_bytes());
-    // Host identity unknown (never "the same host"), no shm listener.
-    out.extend_from_slice(&[0u8; HOST_ID]);
+    // Host identity and PID unknown (never "the same host"), no shm
+    // listener.
+    out.extend_from_slice(&[0u8; HOST_ID + PID]);
     let no_shm = SocketAddr::from(([0, 0, 0, 0], 0));
     for a in std::iter::once(&no_shm).chain(addrs) {
         match a.ip() {
@@ -175,12 +177,12 @@ fn read_table(s: &mut TcpStream) -> Vec<Vec<SocketAddr>> {
     let ranks = u32::from_le_bytes(head[4..8].try_into().unwrap()) as usize;
     let rails = u16::from_le_bytes(head[8..10].try_into().unwrap()) as usize;
     assert_eq!((ranks, rails), (3, NRAILS));
-    let row = HOST_ID + (1 + rails) * 19;
+    let row = HOST_ID + PID + (1 + rails) * 19;
     let mut body = vec![0u8; ranks * row];
     s.read_exact(&mut body).expect("table body");
     let addrs: Vec<SocketAddr> = body
         .chunks_exact(row)
-        .flat_map(|r| r[HOST_ID + 19..].chunks_exact(19))
+        .flat_map(|r| r[HOST_ID + PID + 19..].chunks_exact(19))
         .map(|e| {
             let ip = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&e[1..17]).unwrap());
             let ip = if e[0] == 4 { IpAddr::V4(ip.to_ipv4_mapped().expect("mapped v4")) } else { IpAddr::V6(ip) };
@@ -649,7 +651,7 @@ fn handshake_wrong_job() {
 #[test]
 fn handshake_wrong_protocol_version() {
     handshake_attack(|addr| {
-        for version in [0u16, 1, 2, 3, 5, 0xffff] {
+        for version in [0u16, 1, 2, 3, 4, 6, 0xffff] {
             let mut b = hello_bytes(&hello(2, 1), KEY);
             b[8..10].copy_from_slice(&version.to_le_bytes());
             refused_with(addr, &b, RejectReason::Version);

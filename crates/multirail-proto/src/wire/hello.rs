@@ -233,7 +233,7 @@ mod tests {
 
     fn sample() -> HelloRepr {
         HelloRepr {
-            version: 4,
+            version: PROTOCOL_VERSION,
             kind: HelloKind::Hello,
             reason: 0,
             rank: 1,
@@ -254,7 +254,7 @@ mod tests {
     fn sample_bytes() -> [u8; 128] {
         let mut b = [0u8; 128];
         b[..8].copy_from_slice(b"MRAILHLO");
-        b[8] = 4; // version
+        b[8] = 5; // version
         b[10] = 1; // kind HELLO
         b[12] = 1; // rank
         b[16] = 2; // size
@@ -287,7 +287,7 @@ mod tests {
         assert!(matches!(HelloRepr::parse(&b), Err(WireError::BadMagic(_))));
         let mut b = sample_bytes();
         b[8] = 9;
-        assert_eq!(HelloRepr::parse(&b), Err(WireError::Version { got: 9, ours: 4 }));
+        assert_eq!(HelloRepr::parse(&b), Err(WireError::Version { got: 9, ours: 5 }));
         let mut b = sample_bytes();
         b[10] = 0;
         assert_eq!(HelloRepr::parse(&b), Err(WireError::UnknownKind(0)));

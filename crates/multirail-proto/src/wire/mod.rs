@@ -22,7 +22,7 @@ pub use frame::{Flags, FrameHeader, Op};
 pub use hello::{HelloKind, HelloRepr, RejectReason};
 
 /// Protocol version spoken by this implementation (HELLO and frame header).
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Why bytes from a peer were refused. Every variant is "the peer sent
 /// something we will not accept"; see [`crate::Error`] for the categories.

@@ -76,9 +76,6 @@ pub struct Cma {
     pub read_from: Option<i32>,
     /// The peer can read ours: lend it large payloads.
     pub lend: bool,
-    /// The peer's PID as it said in its offer (whether or not single copy
-    /// is on): where it runs can be looked up (`/proc/PID/stat`).
-    pub peer_pid: Option<u32>,
 }
 
 /// A random-ish 64-bit value (no need for a CSPRNG: it only tells a read
@@ -107,7 +104,7 @@ pub fn handshake(sock: &UnixStream, enabled: bool) -> io::Result<Cma> {
     (&*sock).read_exact(&mut verdict)?;
     // The peer has read our probe (or given up): it may go now.
     drop(probe);
-    Ok(Cma { read_from, lend: enabled && verdict[0] == b'Y', peer_pid: (theirs.pid != 0).then_some(theirs.pid) })
+    Ok(Cma { read_from, lend: enabled && verdict[0] == b'Y' })
 }
 
 /// This process's PID, if it may read its own memory with

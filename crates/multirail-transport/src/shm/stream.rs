@@ -156,18 +156,12 @@ impl ShmStream {
     pub fn pair_cma(ring_capacity: usize, min: usize) -> Result<(ShmStream, ShmStream), ShmError> {
         let (mut a, mut b) = ShmStream::pair(ring_capacity)?;
         if let Some(me) = cma::self_readable() {
-            a.cma = Cma { read_from: Some(me), lend: true, peer_pid: None };
+            a.cma = Cma { read_from: Some(me), lend: true };
             b.cma = a.cma;
             a.lend_min = min;
             b.lend_min = min;
         }
         Ok((a, b))
-    }
-
-    /// The peer process's PID, from the handshake (none for the two ends
-    /// of [`pair`](Self::pair), which are in this process).
-    pub fn peer_pid(&self) -> Option<u32> {
-        self.cma.peer_pid
     }
 
     /// Whether large payloads go to the peer by single copy.

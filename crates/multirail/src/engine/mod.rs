@@ -53,10 +53,14 @@ impl SpinPlan {
     /// The plan of a wait that begins at `now`, spinning at most `spin`,
     /// for what rank `awaited` will send or take (none: unknown or any).
     /// A wait for a peer that last ran on this thread's CPU
-    /// ([`crate::cpus::PeerCpus`]) yields from its first round: the peer
-    /// cannot run while this thread spins.
+    /// ([`crate::cpus::PeerCpus`]; for any rank, some watched one) yields
+    /// from its first round: the peer cannot run while this thread spins.
     pub fn new(shared: &Shared, spin: Duration, awaited: Option<u32>, now: Instant) -> SpinPlan {
-        let peer_here = !spin.is_zero() && awaited.is_some_and(|p| shared.peer_cpus.shares_cpu(p, now));
+        let peer_here = !spin.is_zero()
+            && match awaited {
+                Some(p) => shared.peer_cpus.shares_cpu(p, now),
+                None => shared.peer_cpus.any_here(now),
+            };
         if peer_here {
             shared.peer_here_waits.fetch_add(1, Ordering::Relaxed);
         }
