@@ -530,9 +530,10 @@ impl Endpoint {
     }
 
     /// How many waits gave their CPU away between all their rounds (not
-    /// only after 20 µs) because the peer they waited for last ran on the
-    /// waiting thread's CPU (another process of this host, reached over
-    /// `shm`). A diagnostic.
+    /// only after 20 µs) because the peer they waited for (for a wait on
+    /// any rank: one of at most 8 watched) last ran on the waiting
+    /// thread's CPU: another process on this kernel, in this PID
+    /// namespace. A diagnostic.
     #[doc(hidden)]
     pub fn peer_here_waits(&self) -> u64 {
         self.shared.peer_here_waits.load(std::sync::atomic::Ordering::Relaxed)
@@ -892,8 +893,8 @@ impl Endpoint {
 pub struct SendRequest<'a> {
     ep: &'a Endpoint,
     id: ReqId,
-    /// The destination (a wait for a peer on this thread's CPU sleeps at
-    /// once: [`crate::cpus::PeerCpus`]).
+    /// The destination (a wait for a peer that last ran on this thread's
+    /// CPU yields from its first round: [`crate::cpus::PeerCpus`]).
     peer: u32,
     /// The outcome, when the send completed inside `isend` (it is then not
     /// in the shared map of completions).
