@@ -15,7 +15,8 @@
  *   epoll  the socket in an epoll set, spin on epoll_wait(0), then
  *          recv() (what ucx_perftest's tcp transport does)
  * Sends are one write() of SIZE bytes (default 8). Loopback only; every
- * loop is bounded by ITERATIONS (default 20000) and ROUNDS (default 9).
+ * loop is bounded by ITERATIONS (default 20000) and ROUNDS (default 9),
+ * and a wait for one message gives up after 10 s (the run fails).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -25,7 +26,6 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -47,10 +47,25 @@ static double now_us(void) {
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
-/* Reads exactly n bytes, waiting the way `mode` says. */
+/* A wait for one message that lasts longer fails the run. */
+#define WAIT_LIMIT_US 10e6
+
+/* Reads exactly n bytes, waiting the way `mode` says, at most
+ * WAIT_LIMIT_US (the clock is read every 4096 spins only, so the check
+ * does not add to the floor). */
 static void get(int fd, int ep, int mode, char *buf, size_t n) {
     size_t got = 0;
-    while (got < n) {
+    double start = 0;
+    for (unsigned long spins = 1; got < n; spins++) {
+        if (spins % 4096 == 0) {
+            double t = now_us();
+            if (start == 0)
+                start = t;
+            else if (t - start > WAIT_LIMIT_US) {
+                fprintf(stderr, "sock-floor: no message from the peer for 10 s\n");
+                exit(1);
+            }
+        }
         if (mode == MODE_POLL) {
             struct pollfd p = {.fd = fd, .events = POLLIN};
             if (poll(&p, 1, 0) == 0)
@@ -174,7 +189,7 @@ int main(int argc, char **argv) {
     double *col = calloc((size_t)rounds, sizeof *col);
     if (!col)
         die("calloc");
-    printf("# 8 B TCP ping-pong floor on 127.0.0.1, size %ld, %ld iterations x %ld rounds, one-way µs\n", size,
+    printf("# TCP ping-pong floor on 127.0.0.1, %ld B messages, %ld iterations x %ld rounds, one-way µs\n", size,
            iters, rounds);
     printf("%-8s %10s %10s %8s\n", "mode", "median", "min", "ratio");
     double base = 0;
