@@ -190,12 +190,25 @@ const PEER_CPU_RECHECK: std::time::Duration = std::time::Duration::from_millis(1
 /// another of its threads is judged by its main thread (a wrong answer
 /// costs a yield or a spin, never a message). Peers in this very process
 /// (threads posing as ranks) are not watched.
+///
+/// Two unpinned ranks the scheduler put on one CPU while another is free
+/// (it places a woken task beside its waker; ranks that yield to each
+/// other look busy and cache-hot, so it takes its time to part them) are
+/// parted by the ranks themselves: [`PeerCpus::move_away`].
 pub(crate) struct PeerCpus {
     peers: Vec<std::sync::Mutex<Option<PeerCpu>>>,
     /// The ranks watched, in rank order (set once, at setup).
     watched: std::sync::OnceLock<Vec<u32>>,
-    origin: std::time::Instant,
+    /// Before this instant this process does not move itself again (see
+    /// [`PeerCpus::move_away`]).
+    next_move: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// A rank moves itself off a shared CPU at most this often (a move is
+/// two system calls and a migration, some 10 µs): if the scheduler keeps
+/// putting the two ranks together, they mostly yield to each other as
+/// before, and do not fight it.
+const MOVE_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Most watched peers a wait for any rank looks at: each is read again
 /// every [`PEER_CPU_RECHECK`] while waits come, so a larger job's
@@ -209,8 +222,10 @@ struct PeerCpu {
     /// could not be; then `failed`).
     stat: Option<std::fs::File>,
     failed: bool,
-    /// Nanoseconds since `origin` of the last reading plus one (0: none).
-    read_at: u64,
+    /// When the next reading is due (none: at the first look). An
+    /// instant, compared on every wait (a time since some origin would be
+    /// a subtraction on each).
+    next_read: Option<std::time::Instant>,
     /// The CPU it last ran on, at the last reading.
     cpu: Option<u32>,
     /// Whether the last answer was "it last ran on this thread's CPU"
@@ -224,7 +239,7 @@ impl PeerCpus {
         PeerCpus {
             peers: (0..size).map(|_| std::sync::Mutex::new(None)).collect(),
             watched: std::sync::OnceLock::new(),
-            origin: std::time::Instant::now(),
+            next_move: std::sync::Mutex::new(None),
         }
     }
 
@@ -241,7 +256,7 @@ impl PeerCpus {
                 continue;
             }
             if let Ok(mut g) = slot.lock() {
-                *g = Some(PeerCpu { pid, stat: None, failed: false, read_at: 0, cpu: None, shared: false });
+                *g = Some(PeerCpu { pid, stat: None, failed: false, next_read: None, cpu: None, shared: false });
                 list.push(r as u32);
             }
         }
@@ -264,9 +279,8 @@ impl PeerCpus {
         let Ok(mut g) = slot.try_lock() else { return false };
         let Some(w) = g.as_mut().filter(|w| !w.failed) else { return false };
         let Some(mine) = multirail_transport::shm::current_cpu() else { return false };
-        let t = now.saturating_duration_since(self.origin).as_nanos() as u64 + 1;
-        if w.read_at == 0 || t.saturating_sub(w.read_at) >= PEER_CPU_RECHECK.as_nanos() as u64 {
-            w.read_at = t;
+        if w.next_read.is_none_or(|t| now >= t) {
+            w.next_read = Some(now + PEER_CPU_RECHECK);
             if w.stat.is_none() {
                 w.stat = std::fs::File::open(format!("/proc/{}/stat", w.pid)).ok();
                 w.failed = w.stat.is_none();
@@ -294,6 +308,52 @@ impl PeerCpus {
         }
         shared
     }
+
+    /// Rank `me`'s waiting thread found rank `peer` on its own CPU
+    /// ([`PeerCpus::shares_cpu`] said so at `now`): if another CPU this
+    /// thread may use is free of watched peers and the host has no more
+    /// runnable threads than CPUs ([`crowded`] says no), the thread moves
+    /// there ([`multirail_transport::shm::move_to_cpu`]; its affinity is
+    /// given back at once, so this is not pinning). Only the higher rank
+    /// of the two moves (both moving would land them together again), at
+    /// most every [`MOVE_EVERY`] per process. True if it moved: the wait
+    /// may spin.
+    pub fn move_away(&self, peer: u32, me: u32, now: std::time::Instant) -> bool {
+        if me < peer {
+            return false;
+        }
+        let Ok(mut next) = self.next_move.try_lock() else { return false };
+        // (A crowded host is no reason to wait MOVE_EVERY before the next
+        // look.)
+        if next.is_some_and(|t| now < t) || crowded(now) {
+            return false;
+        }
+        *next = Some(now + MOVE_EVERY);
+        drop(next);
+        let Some(mine) = multirail_transport::shm::current_cpu() else { return false };
+        // Where the watched peers last ran (as last read; the one waited
+        // for is on `mine`).
+        let taken: Vec<u32> =
+            self.peers.iter().filter_map(|p| p.try_lock().ok().and_then(|g| g.as_ref().and_then(|w| w.cpu))).collect();
+        let Some(to) = free_cpu(&usable(), mine, &taken) else { return false };
+        match multirail_transport::shm::move_to_cpu(to) {
+            Ok(Some(to)) => {
+                tracing::debug!("rank {peer} and this thread shared CPU {mine}: moved this thread to CPU {to}");
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::debug!("could not move off CPU {mine}: {e}");
+                false
+            }
+        }
+    }
+}
+
+/// A CPU of `usable` other than `mine` where no watched peer last ran
+/// (`taken`), the lowest such; none if every usable CPU is taken.
+fn free_cpu(usable: &[usize], mine: u32, taken: &[u32]) -> Option<u32> {
+    usable.iter().map(|&c| c as u32).find(|&c| c != mine && !taken.contains(&c))
 }
 
 /// The CPU a `/proc/PID/stat` line says the task last ran on (field 39,
@@ -392,6 +452,33 @@ mod tests {
         assert!(!own.shares_cpu(1, later()) && !own.any_here(later()));
         assert!(!own.shares_cpu(0, later()));
         assert!(!own.shares_cpu(9, later()));
+    }
+
+    /// A rank moves to the lowest usable CPU that is neither its own nor
+    /// where a watched peer last ran; with none such it stays.
+    #[test]
+    fn a_free_cpu_is_one_no_watched_peer_and_not_this_thread_is_on() {
+        assert_eq!(free_cpu(&[0, 1], 0, &[0]), Some(1));
+        assert_eq!(free_cpu(&[0, 1], 1, &[1]), Some(0));
+        assert_eq!(free_cpu(&[0, 1, 2, 3], 1, &[1, 0, 2]), Some(3));
+        assert_eq!(free_cpu(&[0, 1], 0, &[0, 1]), None, "every other CPU holds a peer");
+        assert_eq!(free_cpu(&[4], 4, &[4]), None, "pinned: one usable CPU");
+        assert_eq!(free_cpu(&[], 0, &[]), None);
+    }
+
+    /// Of two ranks on one CPU only the higher one moves (both moving
+    /// would land them together again), and a process tries at most
+    /// every MOVE_EVERY: the lower rank and a second try within that time
+    /// do not move, whatever the machine's load.
+    #[test]
+    fn only_the_higher_rank_moves_and_not_twice_within_move_every() {
+        let pcs = PeerCpus::new(3);
+        let now = std::time::Instant::now();
+        assert!(!pcs.move_away(2, 1, now), "rank 1 waits for rank 2: the higher rank moves");
+        // A try just happened (as if it had moved): the next is refused.
+        *pcs.next_move.lock().unwrap() = Some(now + MOVE_EVERY);
+        assert!(!pcs.move_away(1, 2, now + MOVE_EVERY / 2));
+        assert_eq!(*pcs.next_move.lock().unwrap(), Some(now + MOVE_EVERY), "no new try was made");
     }
 
     #[test]

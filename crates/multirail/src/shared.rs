@@ -251,6 +251,11 @@ impl Shared {
         (i < self.slots.len()).then_some(i)
     }
 
+    /// This endpoint's rank.
+    pub fn rank(&self) -> PeerId {
+        self.rank
+    }
+
     pub fn now(&self) -> Time {
         self.time_of(Instant::now())
     }

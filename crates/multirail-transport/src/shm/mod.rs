@@ -166,3 +166,88 @@ pub fn current_cpu() -> Option<u32> {
     let c = unsafe { libc::sched_getcpu() };
     u32::try_from(c).ok()
 }
+
+/// Moves the calling thread to `cpu` now, then gives it back every CPU it
+/// was allowed before (`sched_setaffinity(2)` twice): the scheduler keeps
+/// it there until it has a reason to move it, and is not bound to.
+/// Returns the CPU the thread ran on while `cpu` was the only one it could
+/// use (`cpu`, as the kernel guarantees); none, and nothing changes, when
+/// `cpu` is not among the CPUs the thread may use (a rank pinned by its
+/// launcher stays pinned).
+pub fn move_to_cpu(cpu: u32) -> io::Result<Option<u32>> {
+    let cpu = cpu as usize;
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Ok(None);
+    }
+    // SAFETY: cpu_set_t is plain bits; all zeros is the empty set.
+    let mut old: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `old` is a valid cpu_set_t of the size passed; pid 0 is the
+    // calling thread.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
+    if !unsafe { libc::CPU_ISSET(cpu, &old) } {
+        return Ok(None);
+    }
+    // SAFETY: as for `old`.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut one) };
+    // SAFETY: valid sets of the size passed, for the calling thread. The
+    // kernel moves the thread to `cpu` before the first call returns.
+    let moved = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) } == 0;
+    let err = (!moved).then(io::Error::last_os_error);
+    let ran_on = current_cpu();
+    // SAFETY: as above; restores the mask read at the start.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &old) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(ran_on),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This thread's affinity, as /proc/thread-self/status lists it.
+    fn allowed() -> String {
+        let st = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        st.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string()
+    }
+
+    /// A move lands the thread on the CPU asked for and leaves its
+    /// affinity as it was; a CPU it may not use changes nothing.
+    #[test]
+    fn a_thread_moves_to_a_cpu_and_keeps_its_affinity() {
+        std::thread::spawn(|| {
+            let before = allowed();
+            let here = current_cpu().expect("sched_getcpu");
+            // A CPU this thread may not use: past every CPU there is.
+            assert_eq!(move_to_cpu(libc::CPU_SETSIZE as u32 - 1).unwrap(), None);
+            assert_eq!(move_to_cpu(u32::MAX).unwrap(), None);
+            assert_eq!(allowed(), before);
+            let Some(other) = (0..libc::CPU_SETSIZE as u32).find(|&c| {
+                c != here && {
+                    // SAFETY: a zeroed cpu_set_t is empty; sched_getaffinity
+                    // fills it for this thread; `c` is below CPU_SETSIZE.
+                    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                    unsafe {
+                        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0
+                            && libc::CPU_ISSET(c as usize, &set)
+                    }
+                }
+            }) else {
+                eprintln!("SKIPPED: this thread may use one CPU only");
+                return;
+            };
+            assert_eq!(move_to_cpu(other).unwrap(), Some(other), "moved from {here}");
+            assert_eq!(allowed(), before, "the affinity is given back");
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -40,8 +40,10 @@ pub(crate) const YIELD_AFTER: Duration = Duration::from_micros(20);
 /// How a wait that was not over at once spins.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SpinPlan {
-    /// The wait's first clock reading.
-    pub start: Instant,
+    /// The wait's first clock reading plus [`YIELD_AFTER`]: from here on
+    /// a round yields when CPUs are crowded (an instant, compared on every
+    /// round; a duration since the start would be a subtraction each).
+    pub yield_at: Instant,
     /// Spinning ends here (then the wait sleeps).
     pub until: Instant,
     /// The peer it waits for last ran on this thread's CPU: give the CPU
@@ -58,13 +60,14 @@ impl SpinPlan {
     pub fn new(shared: &Shared, spin: Duration, awaited: Option<u32>, now: Instant) -> SpinPlan {
         let peer_here = !spin.is_zero()
             && match awaited {
-                Some(p) => shared.peer_cpus.shares_cpu(p, now),
+                // Unless this thread moves to a free CPU instead.
+                Some(p) => shared.peer_cpus.shares_cpu(p, now) && !shared.peer_cpus.move_away(p, shared.rank(), now),
                 None => shared.peer_cpus.any_here(now),
             };
         if peer_here {
             shared.peer_here_waits.fetch_add(1, Ordering::Relaxed);
         }
-        SpinPlan { start: now, until: now + spin, peer_here }
+        SpinPlan { yield_at: now + YIELD_AFTER, until: now + spin, peer_here }
     }
 }
 
@@ -72,7 +75,7 @@ impl SpinPlan {
 /// run when the peer waited for is queued on it, or once the wait is long
 /// and the machine has threads waiting for a CPU.
 pub(crate) fn spin_pause(shared: &Shared, plan: &SpinPlan, now: Instant) {
-    if plan.peer_here || (now.saturating_duration_since(plan.start) >= YIELD_AFTER && crate::cpus::crowded(now)) {
+    if plan.peer_here || (now >= plan.yield_at && crate::cpus::crowded(now)) {
         shared.spin_yields.fetch_add(1, Ordering::Relaxed);
         std::thread::yield_now();
     } else {

@@ -43,7 +43,9 @@ pub(super) struct PollState {
     /// recompute. Cached so a busy-polling thread does not walk every rail's
     /// timers on every spin.
     next_timer: Option<Instant>,
-    /// When timers were last run, and whether work was done since.
+    /// When timers last ran plus [`TIMER_AFTER_WORK`] (the earliest they
+    /// run again after work; an instant, so each round compares rather
+    /// than subtracts), and whether work was done since.
     timers_at: Option<Instant>,
     worked: bool,
     /// Slots epoll reported (kept to avoid an allocation per round).
@@ -129,7 +131,7 @@ impl PollState {
     /// `TIMER_AFTER_WORK` ago (a busy loop does not walk every timer for
     /// every message).
     fn timers_due(&self, now: Instant) -> bool {
-        let after_work = self.worked && self.timers_at.is_none_or(|t| now.duration_since(t) >= TIMER_AFTER_WORK);
+        let after_work = self.worked && self.timers_at.is_none_or(|t| now >= t);
         after_work || self.next_timer.is_none_or(|t| now >= t)
     }
 
@@ -210,6 +212,9 @@ impl Polled {
         // end of the wait use it too.
         let mut plan = None;
         let mut last = None;
+        // Rounds skipped, counted for `Endpoint::quiet_rounds` when the
+        // wait ends (not an atomic add per round).
+        let mut quiet = 0;
         let r = loop {
             if done(&mut shared.lock()) {
                 break true;
@@ -225,7 +230,7 @@ impl Polled {
                 Ok(mut st) if now < spin_until && st.quiet_round(shared, now) => {
                     st.quiet += 1;
                     drop(st);
-                    shared.quiet_rounds.fetch_add(1, Ordering::Relaxed);
+                    quiet += 1;
                     super::spin_pause(shared, &plan, now);
                 }
                 Ok(mut st) => {
@@ -255,6 +260,9 @@ impl Polled {
                 }
             }
         };
+        if quiet > 0 {
+            shared.quiet_rounds.fetch_add(quiet, Ordering::Relaxed);
+        }
         match last {
             Some(t) => lp.last_wait.mark_at(t),
             None => lp.last_wait.mark(),
@@ -334,7 +342,7 @@ pub(super) fn progress(shared: &Shared, st: &mut PollState, cap: Duration, now: 
     if st.timers_due(now) {
         let timers = shared.run_timers();
         st.next_timer = Some(now + sleep_for([timers]).min(TIMER_RECHECK));
-        st.timers_at = Some(now);
+        st.timers_at = Some(now + TIMER_AFTER_WORK);
         st.worked = false;
     }
     // Rails that asked to be looked at again by now (held frames of the

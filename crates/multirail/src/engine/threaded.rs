@@ -235,6 +235,7 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
     let mut woken: Vec<usize> = Vec::new();
     let mut due: Vec<(Instant, usize)> = Vec::new();
     let mut next_timer: Option<Instant> = None;
+    // When timers last ran plus TIMER_AFTER_WORK.
     let mut timers_at: Option<Instant> = None;
     let mut worked = false;
     while !shared.shutdown.load(Ordering::Acquire) {
@@ -255,10 +256,10 @@ fn rail_loop(shared: &Shared, mine: &[usize], mut poll: Poll, waker: &IoWaker, g
         // Timers when due; after work at most every TIMER_AFTER_WORK (as
         // the polled engine does), not on every turn of the loop.
         let now = Instant::now();
-        let after_work = worked && timers_at.is_none_or(|t| now.duration_since(t) >= super::TIMER_AFTER_WORK);
+        let after_work = worked && timers_at.is_none_or(|t| now >= t);
         if after_work || next_timer.is_none_or(|t| now >= t) {
             next_timer = shared.run_timers().map(|t| t.min(now + super::TIMER_RECHECK));
-            timers_at = Some(now);
+            timers_at = Some(now + super::TIMER_AFTER_WORK);
             worked = false;
         }
         shared.take_woken(rail, &mut woken);
