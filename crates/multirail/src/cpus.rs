@@ -205,7 +205,7 @@ pub(crate) struct PeerCpus {
 }
 
 /// A rank moves itself off a shared CPU at most this often (a move is
-/// two system calls and a migration, some 10 µs): if the scheduler keeps
+/// two system calls and a migration; not timed here): if the scheduler keeps
 /// putting the two ranks together, they mostly yield to each other as
 /// before, and do not fight it.
 const MOVE_EVERY: std::time::Duration = std::time::Duration::from_millis(2);

@@ -230,17 +230,14 @@ mod tests {
             assert_eq!(move_to_cpu(libc::CPU_SETSIZE as u32 - 1).unwrap(), None);
             assert_eq!(move_to_cpu(u32::MAX).unwrap(), None);
             assert_eq!(allowed(), before);
-            let Some(other) = (0..libc::CPU_SETSIZE as u32).find(|&c| {
-                c != here && {
-                    // SAFETY: a zeroed cpu_set_t is empty; sched_getaffinity
-                    // fills it for this thread; `c` is below CPU_SETSIZE.
-                    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                    unsafe {
-                        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0
-                            && libc::CPU_ISSET(c as usize, &set)
-                    }
-                }
-            }) else {
+            // SAFETY: a zeroed cpu_set_t is empty; sched_getaffinity fills
+            // it for this thread.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }, 0);
+            // SAFETY: every `c` is below CPU_SETSIZE.
+            let Some(other) =
+                (0..libc::CPU_SETSIZE as u32).find(|&c| c != here && unsafe { libc::CPU_ISSET(c as usize, &set) })
+            else {
                 eprintln!("SKIPPED: this thread may use one CPU only");
                 return;
             };
