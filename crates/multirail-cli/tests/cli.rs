@@ -534,9 +534,22 @@ fn ranks_of(launcher: u32) -> Vec<(u32, String)> {
         .collect()
 }
 
+/// Seconds since midnight UTC of a log line's timestamp
+/// (`2026-12-03T11:37:47.774668Z  WARN ...`, the ranks' tracing format).
+fn log_time_of_day(line: &str) -> Option<f64> {
+    let t = line.split_whitespace().next()?.strip_suffix('Z')?.split_once('T')?.1;
+    let mut f = t.split(':');
+    let (h, m, s) = (f.next()?.parse::<f64>().ok()?, f.next()?.parse::<f64>().ok()?, f.next()?.parse::<f64>().ok()?);
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
 /// Two rank processes on one shm rail; rank 1 is killed (SIGKILL) in the
-/// middle of a stream. Rank 0 must fail on its own, naming the peer, long
-/// before its peer timeout (set to 60 s here) would fire.
+/// middle of a stream. Rank 0 must fail on its own, naming the peer,
+/// within a second (issue 10; it takes a few milliseconds): its log line
+/// saying the shm peer went away is dated, by rank 0's own clock, at most
+/// 1 s after the kill. Without that detection rank 0 would wait for its
+/// peer timeout (60 s here) or be killed by the launcher 10 s after
+/// rank 1's death, and neither line would be there.
 #[test]
 fn shm_peer_killed_mid_transfer_is_an_error_at_once() {
     let mut launcher =
@@ -561,6 +574,7 @@ fn shm_peer_killed_mid_transfer_is_an_error_at_once() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert!(launcher.try_wait().unwrap().is_none(), "the run ended before rank 1 was killed");
     let killed = std::time::Instant::now();
+    let killed_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() % 86400.0;
     assert!(Command::new("kill").args(["-9", &rank1.to_string()]).status().unwrap().success());
     let deadline = killed + std::time::Duration::from_secs(20);
     let status = loop {
@@ -578,7 +592,17 @@ fn shm_peer_killed_mid_transfer_is_an_error_at_once() {
     std::io::Read::read_to_string(launcher.stderr.as_mut().unwrap(), &mut err).unwrap();
     eprintln!("the run ended {took:?} after rank 1 was killed: {err}");
     assert!(!status.success());
-    assert!(err.contains("rank 1") || err.contains("peer 1"), "names the peer: {err}");
+    // Rank 0's own words, not the launcher's "rank 1 was killed".
+    assert!(err.contains("rank 0: communication failed: peer 1 unreachable"), "rank 0 names the peer: {err}");
+    let gone = err
+        .lines()
+        .find(|l| l.contains("shm peer") && l.contains("went away"))
+        .unwrap_or_else(|| panic!("no detection line: {err}"));
+    let at = log_time_of_day(gone).unwrap_or_else(|| panic!("no timestamp in {gone:?}"));
+    // Seconds from the kill to rank 0's detection (modulo a day, for a
+    // run across midnight).
+    let after = (at - killed_at).rem_euclid(86400.0);
+    assert!(after < 1.0, "rank 0 saw its peer's death {after:.3} s after the kill (at most 1 s): {err}");
     // Nothing of the killed run is left to trip a new one: segments are
     // memfds and sockets abstract, so no file names them.
     let left: Vec<_> = std::fs::read_dir("/dev/shm")

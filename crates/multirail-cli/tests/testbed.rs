@@ -769,54 +769,60 @@ fn run_on_the_testbed_takes_rails_named_by_interface() {
     }
 }
 
-/// `bench mbw_mr --pairs 2` on 4 ranks, 2 per host: block pairs 0-2 and
-/// 1-3 across hosts, cyclic on one host; the header says which, and
-/// rank 0's `--rail-stats` columns show shm for the intra-node pair only.
+/// `bench mbw_mr --pairs 2` and `bench multi_lat --pairs 2` on 4 ranks, 2
+/// per host: block pairs 0-2 and 1-3 across hosts, cyclic on one host; the
+/// header says which, and rank 0's `--rail-stats` columns show shm for the
+/// intra-node pair only.
 #[test]
-fn mbw_mr_pairs_are_placed_block_or_cyclic_and_rail_stats_show_it() {
+fn mbw_mr_and_multi_lat_pairs_are_placed_block_or_cyclic_and_rail_stats_show_it() {
     let Some(tb) = Testbed::up("m", "1gbit") else { return };
-    for (mapping, intra) in [("block", false), ("cyclic", true)] {
-        let args = [
-            "bench",
-            "mbw_mr",
-            "--pairs",
-            "2",
-            "--testbed",
-            "--testbed-prefix",
-            &tb.0,
-            "--ranks-per-host",
-            "2",
-            "--mapping",
-            mapping,
-            "--validate",
-            "--sizes",
-            "64K",
-            "--iterations",
-            "5",
-            "--warmup",
-            "1",
-            "--rail-stats",
-        ];
-        let o = bounded(multirail(&args), Duration::from_secs(120), mapping);
-        check(&o, mapping);
-        let out = String::from_utf8_lossy(&o.stdout);
-        let (hosts, kind) =
-            if intra { ("host0: 0,2  host1: 1,3", "intra") } else { ("host0: 0,1  host1: 2,3", "inter") };
-        assert!(out.contains(&format!("# placement: {hosts}  pairs: 0-2 {kind}-node, 1-3 {kind}-node")), "{out}");
-        assert!(out.contains("# rails: tcp:10.77.0.1,tcp:10.77.1.1,shm "), "{mapping}: the job has a shm rail: {out}");
-        // The 4 ranks share this machine's CPUs whatever host they emulate:
-        // they spin only if the rule for 4 ranks on its CPUs says so.
-        let spin =
-            if multirail::cpus::may_spin(Some(4), multirail::cpus::host()) { "spin: 200us" } else { "spin: 0us" };
-        assert!(out.contains(spin), "{mapping}: {spin} expected with {} CPUs: {out}", multirail::cpus::host());
-        // Size, MB/s, Messages/s, Validation, then MB and % per rail.
-        let last: Vec<&str> = out.lines().last().unwrap().split_whitespace().collect();
-        assert_eq!(last[3], "Pass", "{out}");
-        let share = |rail: usize| last[5 + 2 * rail].parse::<f64>().unwrap();
-        if intra {
-            assert_eq!((share(0), share(1), share(2)), (0.0, 0.0, 100.0), "{mapping}: shm alone: {out}");
-        } else {
-            assert!(share(2) == 0.0 && share(0) + share(1) == 100.0, "{mapping}: the rails alone: {out}");
+    // The test, and the column of its `Validation` (after the size and
+    // the value, and mbw_mr's messages/s); MB and % per rail follow it.
+    for (test, validation) in [("mbw_mr", 3), ("multi_lat", 2)] {
+        for (mapping, intra) in [("block", false), ("cyclic", true)] {
+            let what = format!("{test}, {mapping}");
+            let args = [
+                "bench",
+                test,
+                "--pairs",
+                "2",
+                "--testbed",
+                "--testbed-prefix",
+                &tb.0,
+                "--ranks-per-host",
+                "2",
+                "--mapping",
+                mapping,
+                "--validate",
+                "--sizes",
+                "64K",
+                "--iterations",
+                "5",
+                "--warmup",
+                "1",
+                "--rail-stats",
+            ];
+            let o = bounded(multirail(&args), Duration::from_secs(120), &what);
+            check(&o, &what);
+            let out = String::from_utf8_lossy(&o.stdout);
+            let (hosts, kind) =
+                if intra { ("host0: 0,2  host1: 1,3", "intra") } else { ("host0: 0,1  host1: 2,3", "inter") };
+            assert!(out.contains(&format!("# placement: {hosts}  pairs: 0-2 {kind}-node, 1-3 {kind}-node")), "{out}");
+            assert!(out.contains("# rails: tcp:10.77.0.1,tcp:10.77.1.1,shm "), "{what}: the job has a shm rail: {out}");
+            // The 4 ranks share this machine's CPUs whatever host they
+            // emulate: they spin only if the rule for 4 ranks on its CPUs
+            // says so.
+            let spin =
+                if multirail::cpus::may_spin(Some(4), multirail::cpus::host()) { "spin: 200us" } else { "spin: 0us" };
+            assert!(out.contains(spin), "{what}: {spin} expected with {} CPUs: {out}", multirail::cpus::host());
+            let last: Vec<&str> = out.lines().last().unwrap().split_whitespace().collect();
+            assert_eq!(last[validation], "Pass", "{what}: {out}");
+            let share = |rail: usize| last[validation + 2 + 2 * rail].parse::<f64>().unwrap();
+            if intra {
+                assert_eq!((share(0), share(1), share(2)), (0.0, 0.0, 100.0), "{what}: shm alone: {out}");
+            } else {
+                assert!(share(2) == 0.0 && share(0) + share(1) == 100.0, "{what}: the rails alone: {out}");
+            }
         }
     }
 }
