@@ -80,6 +80,8 @@ impl ConnectQueue {
         self.cv.notify_one();
     }
 
+    /// The next request, waiting for one; `None` once `stop` is set (the
+    /// setter calls [`ConnectQueue::stop`], which wakes this wait).
     fn pop(&self, stop: &AtomicBool) -> Option<ConnectRequest> {
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -89,8 +91,20 @@ impl ConnectQueue {
             if let Some(r) = q.pop_front() {
                 return Some(r);
             }
-            q = self.cv.wait_timeout(q, Duration::from_millis(200)).unwrap_or_else(|e| e.into_inner()).0;
+            q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Sets `stop` and wakes a thread waiting in [`ConnectQueue::pop`].
+    /// The flag is set with the queue locked: a `pop` that looked at it
+    /// before is waiting by then (it holds the lock from its look to its
+    /// wait), so the notification cannot fall between the two. (Until
+    /// 2026-12-03 `pop` woke every 200 ms to look, and every
+    /// `Endpoint::close` waited for that.)
+    pub fn stop(&self, stop: &AtomicBool) {
+        let _q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        stop.store(true, Ordering::Release);
+        self.cv.notify_all();
     }
 }
 
@@ -98,6 +112,8 @@ impl ConnectQueue {
 pub(crate) struct Connections {
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
+    /// Whose connect queue the connector thread waits on.
+    shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -125,15 +141,15 @@ impl Connections {
                 .name("mr-accept".into())
                 .spawn(move || accept_loop(&sh, &m, poll, mio_listeners, &st))?,
         );
-        let (sh, st) = (shared, stop.clone());
+        let (sh, st) = (shared.clone(), stop.clone());
         threads.push(
             std::thread::Builder::new().name("mr-connect".into()).spawn(move || connect_loop(&sh, &me, &table, &st))?,
         );
-        Ok(Connections { stop, waker, threads })
+        Ok(Connections { stop, waker, shared, threads })
     }
 
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        self.shared.connect_q.stop(&self.stop);
         let _ = self.waker.wake();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -371,6 +387,29 @@ fn stays_in_host(local: std::net::IpAddr, peer: std::net::IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connector thread waiting for requests ends as soon as it is told
+    /// to stop, whether it was waiting already or not yet (`pop` has no
+    /// timeout to fall back on: without the wake-up it would wait for
+    /// good, and this test would fail at its bound).
+    #[test]
+    fn a_waiting_connector_is_woken_by_stop() {
+        for wait_first in [true, false] {
+            let q = Arc::new(ConnectQueue::default());
+            let stop = Arc::new(AtomicBool::new(false));
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (q2, stop2) = (q.clone(), stop.clone());
+            let t = std::thread::spawn(move || tx.send(q2.pop(&stop2).is_none()).unwrap());
+            if wait_first {
+                // Most likely waiting in `pop` by now (either order must work).
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            q.stop(&stop);
+            let ended = rx.recv_timeout(Duration::from_secs(20));
+            assert_eq!(ended, Ok(true), "pop returned None after stop (waiting first: {wait_first})");
+            t.join().unwrap();
+        }
+    }
 
     /// Whatever order two ends see two connections in, they keep the same.
     #[test]
