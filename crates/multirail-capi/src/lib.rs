@@ -632,6 +632,9 @@ pub unsafe extern "C" fn mr_wait_all(reqs: *mut *mut mr_request, n: usize, sts: 
             if req.is_null() {
                 continue;
             }
+            // SAFETY: only reached with `sts` non-NULL, and then it has `n`
+            // entries by contract; `i < n`, so `sts.add(i)` stays inside
+            // that array (`finish` writes through it only if non-NULL).
             let st = if sts.is_null() { std::ptr::null_mut() } else { unsafe { sts.add(i) } };
             if let Err(Fail(c, m)) = finish(req, st)
                 && first.is_ok()

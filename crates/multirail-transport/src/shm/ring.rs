@@ -945,4 +945,360 @@ mod tests {
         // not assert it.
         eprintln!("reader slept {sleeps} times, writer {writer_sleeps} times");
     }
+
+    // ---- Many threads at once (issue 10) ----
+    //
+    // The ring is SPSC: several writers share one `Producer` behind a
+    // mutex (as a rail serializes its users), several rings run side by
+    // side, and a monitor thread watches the shared counters of every
+    // ring while they move.
+
+    /// How a side waits when it cannot go on: sleep through the wake
+    /// protocol (doorbells) or spin with `yield_now`.
+    #[derive(Default)]
+    struct Wakes {
+        sleep: bool,
+        /// Rung by the producer when the consumer asked for data.
+        data: Bell,
+        /// Rung by the consumer when the producer asked for space.
+        space: Bell,
+        /// Times a side went to sleep (a diagnostic: scheduling decides).
+        sleeps: std::sync::atomic::AtomicU64,
+    }
+
+    /// Bound on the turns of one read or write loop (beside the deadline).
+    const ROUNDS: u64 = 1 << 32;
+
+    /// Writes all of `bytes` in random pieces (each split in two slices,
+    /// for the vectored path), waiting on a full ring as `w` says.
+    fn write_all(p: &mut Producer, bytes: &[u8], rng: &mut Rng, w: &Wakes, end: Instant, who: &str) {
+        let (mut done, mut round) = (0, 0);
+        while done < bytes.len() {
+            round += 1;
+            assert!(round < ROUNDS && Instant::now() < end, "{who}: stuck writing ({done} of {} bytes)", bytes.len());
+            let piece = 1 + rng.below((bytes.len() - done) as u64) as usize;
+            let (a, b) = bytes[done..done + piece].split_at(rng.below(piece as u64 + 1) as usize);
+            let n = p.write_vectored(&[IoSlice::new(a), IoSlice::new(b)]).unwrap();
+            assert!(n <= piece, "{who}: wrote {n} bytes of {piece}");
+            if n > 0 {
+                done += n;
+                if p.take_consumer_wake() {
+                    w.data.ring();
+                }
+                continue;
+            }
+            assert!(!p.is_consumer_closed(), "{who}: the consumer went away");
+            if !w.sleep {
+                std::thread::yield_now();
+            } else if !p.arm_for_space() {
+                w.space.wait(who);
+                w.sleeps.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Reads until end of stream in random sizes (1..=max), passing every
+    /// piece to `sink`; returns the bytes read.
+    fn read_all(
+        c: &mut Consumer,
+        max: usize,
+        rng: &mut Rng,
+        w: &Wakes,
+        end: Instant,
+        who: &str,
+        mut sink: impl FnMut(&[u8]),
+    ) -> u64 {
+        let mut out = vec![0u8; max];
+        let mut round = 0;
+        loop {
+            round += 1;
+            assert!(round < ROUNDS && Instant::now() < end, "{who}: stuck reading after {} bytes", c.consumed());
+            let want = 1 + rng.below(max as u64) as usize;
+            let n = c.read(&mut out[..want]).unwrap();
+            assert!(n <= want);
+            if n > 0 {
+                sink(&out[..n]);
+                if c.take_producer_wake() {
+                    w.space.ring();
+                }
+                continue;
+            }
+            // The flag first, then look again: "closed and empty" is the end.
+            if c.is_producer_closed() && c.available().unwrap() == 0 {
+                return c.consumed();
+            }
+            if !w.sleep {
+                std::thread::yield_now();
+            } else if !c.arm() {
+                w.data.wait(who);
+                w.sleeps.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A read-only view of a ring's shared counters for a third thread.
+    struct Watch {
+        region: Region,
+        _keep: KeepAlive,
+    }
+    // SAFETY: a Watch only loads the control words atomically (through
+    // `Region`'s accessors), and `_keep` keeps the memory alive.
+    unsafe impl Send for Watch {}
+    impl Watch {
+        fn of(p: &Producer) -> Watch {
+            Watch { region: p.region, _keep: p._keep.clone() }
+        }
+    }
+
+    /// Samples every ring's counters until `stop` (or a bound): `head` and
+    /// `tail` never go back, and `head - tail` never exceeds the capacity.
+    /// `head` is loaded first: the producer's `tail` load that allowed
+    /// that `head` happens before our `tail` load (its Release, our
+    /// Acquire), so we see at least that `tail` and the bound holds for
+    /// every sample. Returns the number of samples.
+    fn watch(rings: Vec<Watch>, stop: Arc<std::sync::atomic::AtomicBool>, end: Instant) -> u64 {
+        let mut last = vec![(0u64, 0u64); rings.len()];
+        let bound: u64 = if cfg!(miri) { 2_000 } else { 5_000_000 };
+        let mut samples = 0;
+        while samples < bound && Instant::now() < end && !stop.load(Ordering::Acquire) {
+            for (i, r) in rings.iter().enumerate() {
+                let head = r.region.head().load(Ordering::Acquire);
+                let tail = r.region.tail().load(Ordering::Acquire);
+                let cap = r.region.capacity;
+                assert!(head >= last[i].0 && tail >= last[i].1, "ring {i}: a counter went back");
+                assert!(
+                    head < tail || head - tail <= cap,
+                    "ring {i}: head {head} - tail {tail} exceeds the capacity {cap}"
+                );
+                last[i] = (head, tail);
+            }
+            samples += 1;
+            std::thread::yield_now();
+        }
+        samples
+    }
+
+    /// Record header: writer id, its sequence number, payload length
+    /// (u32 each, little-endian).
+    const RECORD_HEADER: usize = 12;
+
+    fn record(id: u32, seq: u32, len: usize) -> Vec<u8> {
+        let mut r = Vec::with_capacity(RECORD_HEADER + len);
+        r.extend_from_slice(&id.to_le_bytes());
+        r.extend_from_slice(&seq.to_le_bytes());
+        r.extend_from_slice(&(len as u32).to_le_bytes());
+        r.extend((0..len as u64).map(|j| stream_byte(((id as u64) << 32) | seq as u64, j)));
+        r
+    }
+
+    /// Parses whole records from the front of `buf`, checking each
+    /// writer's sequence is gap-free and every payload intact; leaves a
+    /// partial record in `buf`.
+    fn parse_records(buf: &mut Vec<u8>, next_seq: &mut [u32], max_len: usize) {
+        let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let mut pos = 0;
+        while buf.len() - pos >= RECORD_HEADER {
+            let (id, seq, len) = (u32_at(buf, pos), u32_at(buf, pos + 4), u32_at(buf, pos + 8) as usize);
+            assert!((id as usize) < next_seq.len(), "bad writer id {id}: the stream is garbled");
+            assert_eq!(seq, next_seq[id as usize], "writer {id}: a record lost, repeated or out of order");
+            assert!((1..=max_len).contains(&len), "writer {id} record {seq}: bad length {len}");
+            if buf.len() - pos < RECORD_HEADER + len {
+                break;
+            }
+            let payload = &buf[pos + RECORD_HEADER..pos + RECORD_HEADER + len];
+            let seed = ((id as u64) << 32) | seq as u64;
+            for (j, &b) in payload.iter().enumerate() {
+                assert_eq!(b, stream_byte(seed, j as u64), "writer {id} record {seq}: payload byte {j} differs");
+            }
+            next_seq[id as usize] += 1;
+            pos += RECORD_HEADER + len;
+        }
+        buf.drain(..pos);
+    }
+
+    /// The record checker itself notices a lost, repeated or damaged
+    /// record (so the many-writer tests would).
+    #[test]
+    fn record_checker_catches_a_broken_stream() {
+        let check = |recs: &[Vec<u8>]| {
+            let mut buf: Vec<u8> = recs.concat();
+            let mut next = vec![0u32; 2];
+            std::panic::catch_unwind(move || {
+                parse_records(&mut buf, &mut next, 100);
+                (buf.len(), next)
+            })
+        };
+        let (a0, a1, b0) = (record(0, 0, 10), record(0, 1, 20), record(1, 0, 30));
+        let ok = check(&[a0.clone(), b0.clone(), a1.clone()]).expect("a good stream");
+        assert_eq!(ok, (0, vec![2, 1]));
+        assert!(check(&[a1.clone(), a0.clone()]).is_err(), "out of order");
+        assert!(check(&[a0.clone(), a0.clone()]).is_err(), "repeated");
+        assert!(check(&[b0.clone(), a1.clone()]).is_err(), "lost");
+        let mut bad = a0.clone();
+        bad[RECORD_HEADER + 3] ^= 1;
+        assert!(check(&[bad]).is_err(), "damaged payload");
+        let mut cut = a0.clone();
+        cut.remove(RECORD_HEADER);
+        assert!(check(&[cut, b0]).is_err(), "a byte lost");
+        // A partial record waits for the rest.
+        assert_eq!(check(&[a0[..15].to_vec()]).unwrap(), (15, vec![0, 0]));
+    }
+
+    /// Runs `writers` threads, each sending `records` records of random
+    /// length (1..=max_len) through one shared producer, the lock held for
+    /// a whole record (written in random pieces); one consumer parses them.
+    fn shared_producer(writers: u32, records: u32, max_len: usize, cap: usize, sleep: bool) {
+        let (p, mut c) = pair_in_heap(cap).unwrap();
+        let end = deadline();
+        let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let (rings, stop) = (vec![Watch::of(&p)], watch_stop.clone());
+            std::thread::spawn(move || watch(rings, stop, end))
+        };
+        let p = Arc::new(Mutex::new(Some(p)));
+        let wakes = Arc::new(Wakes { sleep, ..Wakes::default() });
+        let handles: Vec<_> = (0..writers)
+            .map(|id| {
+                let (p, w) = (p.clone(), wakes.clone());
+                std::thread::spawn(move || {
+                    let mut rng = Rng(0x5EED_0000 + id as u64);
+                    let mut sent = 0u64;
+                    for seq in 0..records {
+                        let rec = record(id, seq, 1 + rng.below(max_len as u64) as usize);
+                        let mut guard = p.lock().unwrap();
+                        let p = guard.as_mut().expect("the producer closed early");
+                        write_all(p, &rec, &mut rng, &w, end, &format!("writer {id}"));
+                        drop(guard);
+                        sent += rec.len() as u64;
+                        if rng.below(4) == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                    sent
+                })
+            })
+            .collect();
+        let reader = {
+            let w = wakes.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(77);
+                let mut buf = Vec::new();
+                let mut next_seq = vec![0u32; writers as usize];
+                let got = read_all(&mut c, 2 * cap, &mut rng, &w, end, "reader", |b| {
+                    buf.extend_from_slice(b);
+                    parse_records(&mut buf, &mut next_seq, max_len);
+                });
+                assert!(buf.is_empty(), "{} bytes of a partial record at the end", buf.len());
+                (got, next_seq)
+            })
+        };
+        let sent: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        // Close even if a writer failed, so the reader ends.
+        drop(p.lock().unwrap_or_else(|e| e.into_inner()).take());
+        wakes.data.ring();
+        let read = reader.join();
+        watch_stop.store(true, Ordering::Release);
+        let samples = watcher.join().unwrap();
+        let sent: u64 = sent.into_iter().map(|s| s.unwrap()).sum();
+        let (got, next_seq) = read.unwrap();
+        assert_eq!(next_seq, vec![records; writers as usize], "records per writer");
+        assert_eq!(got, sent);
+        let sleeps = wakes.sleeps.load(Ordering::Relaxed);
+        eprintln!("{writers} writers: {sent} bytes, {sleeps} sleeps, {samples} counter samples");
+    }
+
+    #[test]
+    fn many_writers_share_a_producer_record_by_record() {
+        if cfg!(miri) {
+            shared_producer(3, 4, 1500, CAP, false);
+        } else {
+            // ~16 MB and ~18 MB: enough to fill the ring thousands of times.
+            shared_producer(8, 1_000, 4_000, CAP, false);
+            shared_producer(6, 300, 20_000, 16 << 10, false);
+        }
+    }
+
+    #[test]
+    fn many_sleeping_writers_share_a_producer() {
+        if cfg!(miri) {
+            shared_producer(3, 4, 1500, CAP, true);
+        } else {
+            shared_producer(8, 1_000, 4_000, CAP, true);
+        }
+    }
+
+    /// `pairs` rings at once, each with its own writer and reader, random
+    /// capacities (the smallest at least twice), random write and read
+    /// sizes (both up to beyond the capacity), alternately sleeping and
+    /// spinning; a monitor watches all the counters.
+    fn rings_side_by_side(pairs: u64, total: u64) {
+        let end = deadline();
+        let mut rng = Rng(0xB0A7);
+        let mut watches = Vec::new();
+        let mut threads = Vec::new();
+        let mut all_wakes = Vec::new();
+        for k in 0..pairs {
+            let cap = if k < 2 { CAP } else { CAP << rng.below(5) };
+            let (mut p, mut c) = pair_in_heap(cap).unwrap();
+            watches.push(Watch::of(&p));
+            let wakes = Arc::new(Wakes { sleep: k % 2 == 1, ..Wakes::default() });
+            let seed = 100 + k;
+            all_wakes.push(wakes.clone());
+            let w = wakes.clone();
+            let writer = std::thread::spawn(move || {
+                let mut rng = Rng(seed);
+                let mut buf = vec![0u8; 2 * cap];
+                let mut pos = 0u64;
+                while pos < total {
+                    let len = (1 + rng.below(buf.len() as u64)).min(total - pos) as usize;
+                    for (i, b) in buf[..len].iter_mut().enumerate() {
+                        *b = stream_byte(seed, pos + i as u64);
+                    }
+                    write_all(&mut p, &buf[..len], &mut rng, &w, end, &format!("writer {k}"));
+                    pos += len as u64;
+                }
+                assert_eq!(p.written(), total);
+                drop(p); // close
+                w.data.ring(); // a close is a state change the reader must see
+                pos
+            });
+            let reader = std::thread::spawn(move || {
+                let mut rng = Rng(seed ^ 0xFFFF);
+                let mut got = 0u64;
+                let n = read_all(&mut c, cap + cap / 2, &mut rng, &wakes, end, &format!("reader {k}"), |b| {
+                    for (i, &x) in b.iter().enumerate() {
+                        assert_eq!(x, stream_byte(seed, got + i as u64), "ring {k}: byte {} differs", got + i as u64);
+                    }
+                    got += b.len() as u64;
+                });
+                assert_eq!(n, got);
+                got
+            });
+            threads.push((cap, writer, reader));
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let stop = stop.clone();
+            std::thread::spawn(move || watch(watches, stop, end))
+        };
+        let results: Vec<_> = threads.into_iter().map(|(cap, w, r)| (cap, w.join(), r.join())).collect();
+        stop.store(true, Ordering::Release);
+        let samples = watcher.join().unwrap();
+        for (k, (cap, sent, got)) in results.into_iter().enumerate() {
+            let (sent, got) = (sent.unwrap(), got.unwrap());
+            assert_eq!(sent, total, "ring {k} (capacity {cap})");
+            assert_eq!(got, total, "ring {k} (capacity {cap})");
+        }
+        let sleeps: Vec<u64> = all_wakes.iter().map(|w| w.sleeps.load(Ordering::Relaxed)).collect();
+        eprintln!("{pairs} rings: {total} bytes each, sleeps per ring {sleeps:?}, {samples} counter samples");
+    }
+
+    #[test]
+    fn independent_rings_run_side_by_side() {
+        if cfg!(miri) {
+            rings_side_by_side(2, 12_000);
+        } else {
+            rings_side_by_side(4, 4 << 20);
+        }
+    }
 }
