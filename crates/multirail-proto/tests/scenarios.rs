@@ -599,6 +599,50 @@ fn a_connection_ending_after_the_peers_close_is_not_a_rail_down() {
 }
 
 #[test]
+fn a_connection_that_comes_up_while_closing_gets_a_close() {
+    // Rank 0 opened rail 1 and holds it up (a connector counts it up once
+    // it wrote its AUTH); rank 1 is still reading that AUTH when it closes,
+    // so its CLOSE goes on rail 0 alone, over a slow link. Rank 1 then
+    // installs the connection (`late`) or drops it, and the connection ends:
+    // its end reaches rank 0 before rail 0's CLOSE. Installed while closing,
+    // it carries a CLOSE of its own first, and its end is the close; dropped
+    // without one, its end is a failed rail (an end of stream alone proves no
+    // clean close: a killed process's sockets end too).
+    for late in [true, false] {
+        let mut sim = Sim::new(2, &[LinkSpec::gbit(1.0, 5_000), LinkSpec::gbit(1.0, 10)], cfg("*:adaptive"));
+        let now = sim.now;
+        // Rank 1 has not installed rail 1 yet: down in its view alone (its
+        // event is taken here, so the simulator leaves the link connected).
+        sim.nodes[1].rail_down(0, 1, "not installed yet", now);
+        while sim.nodes[1].poll_event().is_some() {}
+        sim.nodes[1].close(now);
+        if late {
+            sim.set_caps(1, 0, 1, RailCaps::default());
+        }
+        sim.run_for(Duration::from_millis(1));
+        // Rail 0's CLOSE is still on its way; rail 1's came (late) or none.
+        assert_eq!(sim.nodes[0].peer_alive(1), !late, "late {late}: rank 0 heard a CLOSE on rail 1");
+        sim.kill(0, 1, 1, "connection closed by peer");
+        let downs = sim.nodes[0].rail_stats(1, sim.now)[1].downs;
+        let rail_downs =
+            |sim: &Sim| sim.log.iter().filter(|(n, e)| *n == 0 && matches!(e, Event::RailDown { .. })).count();
+        assert_eq!((downs, rail_downs(&sim)), if late { (0, 0) } else { (1, 1) }, "late {late}: {:?}", sim.log);
+        assert!(
+            sim.run_until(Duration::from_secs(1), |s| !s.nodes[0].peer_alive(1)),
+            "late {late}: rank 0 heard the close"
+        );
+        // Rank 1 ends its other connections, after their CLOSE (rail 1's
+        // too, if rank 0 opened it again: a connection that came up while
+        // rank 1 was closing): rank 0 is done with the peer, no more downs.
+        sim.kill(0, 1, 0, "connection closed by peer");
+        sim.kill(0, 1, 1, "connection closed by peer");
+        let downs: Vec<u64> = sim.nodes[0].rail_stats(1, sim.now).iter().map(|r| r.downs).collect();
+        assert_eq!(downs, [0, !late as u64], "late {late}");
+        assert!(sim.log.iter().any(|(n, e)| *n == 0 && matches!(e, Event::PeerClosed { peer: 1 })), "late {late}");
+    }
+}
+
+#[test]
 fn a_message_received_right_before_the_receivers_close_is_acknowledged() {
     // Rank 1 receives a small message and closes at once: its CLOSE goes
     // after the acknowledgement, so rank 0 can close without waiting.

@@ -185,7 +185,8 @@ impl Drop for Slots {
 
 fn accept_loop(shared: &Arc<Shared>, me: &Me, mut poll: Poll, listeners: Vec<MioListener>, stop: &AtomicBool) {
     let mut events = Events::with_capacity(64);
-    let busy = Arc::new(AtomicUsize::new(0));
+    // Counted in `Shared` too: a closing endpoint waits for them.
+    let busy = shared.handshakes.clone();
     while !stop.load(Ordering::Acquire) {
         if let Err(e) = poll.poll(&mut events, None) {
             if e.kind() != std::io::ErrorKind::Interrupted {
@@ -237,7 +238,10 @@ fn accept_one(shared: &Shared, me: &Me, k: usize, stream: std::net::TcpStream, f
         }
     };
     match bootstrap::accept_rail(me, k, stream, admit) {
-        Ok(c) if shared.peer_wanted(c.peer) => {
+        // Also while closing: the peer may hold it up already, and
+        // `install` ends it with a CLOSE (dropped, it would read as a
+        // failed rail there).
+        Ok(c) if shared.takes_connection(c.peer) => {
             let (peer, id) = (c.peer, ConnId { generation: c.hello.generation, initiator: c.peer });
             match adopt(shared, me, c, id) {
                 Ok(true) => tracing::info!(
@@ -292,7 +296,8 @@ fn attempt(shared: &Shared, me: &Me, req: ConnectRequest, addr: std::net::Socket
     let (peer, rail) = (req.peer, req.rail);
     let Some(global) = me.routes.global(peer, rail) else { return };
     match bootstrap::connect_rail(me, peer, global, addr, generation) {
-        Ok(c) if shared.shutdown.load(Ordering::Acquire) => drop(c),
+        // Closing by now, `install` ends it with a CLOSE (the peer may
+        // have installed it).
         Ok(c) => match adopt(shared, me, c, ConnId { generation, initiator: me.rank }) {
             Ok(true) => {
                 let what = if req.replace { "replaced a suspect connection" } else { "connected" };

@@ -25,7 +25,12 @@ const BARRIER_TAG: u64 = u64::MAX - 1;
 const CLOSE_DRAIN: Duration = Duration::from_secs(10);
 /// Longest the rails of a closing endpoint take, together, to hand what
 /// they were given to the peer ([`multirail_transport::Rail::close`]).
-const CLOSE_LINGER: Duration = Duration::from_secs(1);
+pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(1);
+/// Longest a closing endpoint waits for the handshakes of incoming
+/// connections still under way ([`crate::shared::Shared::wait_handshakes`];
+/// a live peer's take a millisecond or so, a silent one's until the
+/// handshake timeout).
+const CLOSE_HANDSHAKES: Duration = Duration::from_millis(200);
 
 /// Builds an [`Endpoint`]. Settings start from [`Config::default`] (or a
 /// given config) and can be overridden one by one.
@@ -796,6 +801,8 @@ impl Endpoint {
         if let Some(mut c) = self.connections.take() {
             c.stop();
         }
+        // Incoming connections whose handshake ends now get a CLOSE.
+        shared.wait_handshakes(Instant::now() + CLOSE_HANDSHAKES);
         shared.close_parked(true);
         // Rails whose end can overtake their bytes (`ofi`: the end goes on
         // the side channel) make sure the CLOSE and acknowledgements just

@@ -172,6 +172,9 @@ pub struct Shared {
     pub writes: AtomicU64,
     /// Connections the core asked for, for the connector thread.
     pub connect_q: ConnectQueue,
+    /// Handshakes of incoming connections under way on their own threads
+    /// ([`Shared::wait_handshakes`]).
+    pub handshakes: Arc<AtomicUsize>,
     /// Replaced connections waiting to be closed (see [`PARK`]).
     parked: Mutex<Vec<(Instant, Box<dyn Rail>)>>,
     /// Slots woken (`wake_pending` set) since their loop last looked, by
@@ -236,6 +239,7 @@ impl Shared {
             deferred_any: AtomicBool::new(false),
             writes: AtomicU64::new(0),
             connect_q: ConnectQueue::default(),
+            handshakes: Arc::new(AtomicUsize::new(0)),
             parked: Mutex::new(Vec::new()),
             woken: (0..rails).map(|_| Mutex::new(Vec::new())).collect(),
             woken_any: (0..rails).map(|_| AtomicBool::new(false)).collect(),
@@ -800,11 +804,52 @@ impl Shared {
         // Both engines arm spin-polled rails before they sleep.
         rail.engine_arms();
         *conn = Some(rail);
-        self.with_core(|c, now| c.rail_up(s.peer, s.rail, caps, credits, now));
+        let closing = self.with_core(|c, now| {
+            c.rail_up(s.peer, s.rail, caps, credits, now);
+            c.is_closing()
+        });
+        if closing {
+            // Up once this endpoint is closing (its handshake ended during or
+            // after `Endpoint::close`): the core queued a CLOSE on it. The
+            // peer may hold the connection up already, so it gets that CLOSE
+            // before its end, written here: the engine may have stopped.
+            let mut rail = conn.take().expect("installed above");
+            *s.lock_id() = None;
+            drop(conn);
+            let _ = self.pump_send(s, rail.as_mut());
+            let _ = rail.flush();
+            rail.close(Instant::now() + crate::endpoint::CLOSE_LINGER);
+            self.with_core(|c, now| c.rail_down(s.peer, s.rail, "closed", now));
+            return true;
+        }
         drop(conn);
         self.conn_epoch.fetch_add(1, Ordering::AcqRel);
         self.wake_slot(i);
         true
+    }
+
+    /// Waits, until `by` at most, for the handshakes of incoming
+    /// connections still under way to end. The connector holds such a
+    /// connection up once it wrote its AUTH, before this end read it; once
+    /// the endpoint is closing, the handshake ends by installing the
+    /// connection, which sends the peer a CLOSE on it ([`Shared::install`]).
+    /// Waited for, it does so before the process can exit, which would end
+    /// the connection without one: a failed rail for the peer. (Our own
+    /// attempts are not waited for: the peer's end holds one up only once
+    /// it read our AUTH, and ours installs it right after writing that.)
+    pub fn wait_handshakes(&self, by: Instant) {
+        while self.handshakes.load(Ordering::Acquire) > 0 && Instant::now() < by {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// True if a connection from `peer` that passed its handshake is to be
+    /// installed: the core still wants rails to the peer, or this endpoint
+    /// is closing (the peer may hold the connection up already: installed,
+    /// it gets a CLOSE, [`Shared::install`]).
+    pub fn takes_connection(&self, peer: PeerId) -> bool {
+        let g = self.lock();
+        g.core.peer_alive(peer) || g.core.is_closing()
     }
 
     /// True if the core still wants rails to `peer` (it has not failed or

@@ -156,10 +156,11 @@ impl RailSet {
 
     /// Runs `f` on `n` ranks with endpoints from `make(self.builder())`,
     /// then checks every rank ran over this set ([`RailSet::check`]) and
-    /// closes its endpoint. Every rank checks before any closes: a peer
-    /// that closes while a rail this rank opened on demand is up here but
-    /// not yet there drops that connection without a CLOSE on it, which
-    /// this rank counts as a rail failure (a close's own, not the test's).
+    /// closes its endpoint. Every rank checks before any closes, so the
+    /// checks are of the test's traffic; closing has its own test
+    /// (`tests/close.rs`: until 2026-12-03 a peer closing while a rail this
+    /// rank opened on demand was up here but not yet there dropped that
+    /// connection without a CLOSE, and this rank counted a failed rail).
     fn job<T: Send>(
         self,
         n: u32,

@@ -921,6 +921,10 @@ impl Core {
     /// `credits` is the unexpected-message allowance from the peer's HELLO.
     /// If the rail was up already, the new connection replaces the old
     /// one: what was unacknowledged or unanswered on the old one goes again.
+    /// A connection that comes up once [`Core::close`] was called gets a
+    /// CLOSE at once: its opener may hold it up already (a connector counts
+    /// a connection up once it wrote its AUTH, before the acceptor read it),
+    /// and its end must read as the close, not as a failed rail.
     pub fn rail_up(&mut self, peer: PeerId, rail: RailId, caps: RailCaps, credits: u64, now: Time) {
         self.active.insert(peer);
         let Some(p) = self.peers.get_mut(&peer) else { return };
@@ -943,6 +947,12 @@ impl Core {
             p.credit_grant = Some(credits);
         }
         self.conn_up(peer, rail, now);
+        if self.closing {
+            let r = &mut self.peers.get_mut(&peer).expect("checked").rails[rail];
+            r.push_ctrl(Transmit { header: FrameHeader::new(Op::Close), payload: Bytes::new() });
+            push_wake(&mut self.wakeups, peer, rail);
+            return;
+        }
         self.resend_stale_cts(peer, now);
         self.schedule(peer, now);
     }
@@ -1151,6 +1161,11 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// True once [`Core::close`] was called.
+    pub fn is_closing(&self) -> bool {
+        self.closing
     }
 
     /// True once every send is written and acknowledged, so closing now
