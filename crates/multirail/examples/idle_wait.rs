@@ -12,17 +12,9 @@ use std::time::{Duration, Instant};
 
 use multirail::Endpoint;
 
-/// User + system CPU seconds of this process so far.
-fn cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after ')'.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of stat (11 and 12 after ')');
-    // the kernel counts them in USER_HZ, 100 on Linux.
-    (ticks(11) + ticks(12)) / 100.0
-}
+#[path = "../tests/common/cpu.rs"]
+mod cpu;
+use cpu::cpu_secs;
 
 fn main() -> Result<(), multirail::Error> {
     let secs: u64 = std::env::var("IDLE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);

@@ -10,6 +10,10 @@ use multirail::{Builder, Config, Endpoint, Progress, ShmMode};
 #[allow(unused_imports)]
 pub use multirail_proto::sim::pattern;
 
+mod cpu;
+#[allow(unused_imports)]
+pub use cpu::cpu_secs;
+
 pub struct Rng(pub u64);
 impl Rng {
     pub fn next(&mut self) -> u64 {
