@@ -74,7 +74,7 @@ testbed_up() {
 iperf3_sum() {
     local r pids=()
     for r in 0 1; do
-        ip netns exec "$H1" iperf3 -s -1 -B "${A1[$r]}" -p $((15201 + r)) >/dev/null 2>&1 &
+        ip netns exec "$H1" timeout 60 iperf3 -s -1 -B "${A1[$r]}" -p $((15201 + r)) >/dev/null 2>&1 &
     done
     sleep 0.5
     for r in 0 1; do
