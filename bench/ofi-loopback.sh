@@ -23,22 +23,14 @@ done
 cd "$(dirname "$0")/.."
 # shellcheck source-path=SCRIPTDIR source=lib/ucx.sh
 . bench/lib/ucx.sh # median
+# shellcheck source-path=SCRIPTDIR source=lib/fipp.sh
+. bench/lib/fipp.sh # fipp
 command -v fi_pingpong >/dev/null || { echo "fi_pingpong not found: apt-get install libfabric-bin" >&2; exit 1; }
 cargo build --release -q -p multirail-cli --features ofi
 M=$PWD/target/release/multirail
 H=$PWD/bench/lib/mrcmp.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-port=13800
-fipp() { # PROVIDER -> usec/xfer of 8 B
-    local p=$((port++))
-    timeout 120 fi_pingpong -p "$1" -e rdm -S 8 -I 10000 -B "$p" >"$tmp/srv" 2>&1 &
-    sleep 0.5
-    timeout 120 fi_pingpong -p "$1" -e rdm -S 8 -I 10000 -P "$p" 127.0.0.1 >"$tmp/cli" 2>&1 ||
-        { cat "$tmp/cli" "$tmp/srv" >&2; exit 1; }
-    wait || true
-    awk '$1 == 8 { print $7 }' "$tmp/cli"
-}
 mr() { # TEST SIZE RAILS -> value
     "$M" bench "$1" --sizes "$2" --rails "$3" --json --quiet >"$tmp/mr"
     python3 "$H" mr "$tmp/mr" | awk '{ print $2 }'
@@ -49,8 +41,8 @@ order=(ofi1 tcp1 ofi2 tcp2 ofishm shm)
 declare -A v
 for r in $(seq "$rounds"); do
     echo "round $r/$rounds" >&2
-    v[fi_tcp]+=" $(fipp 'tcp;ofi_rxm')"
-    v[fi_shm]+=" $(fipp shm)"
+    v[fi_tcp]+=" $(fipp "$tmp" 10000 'tcp;ofi_rxm')"
+    v[fi_shm]+=" $(fipp "$tmp" 10000 shm)"
     for k in "${order[@]}"; do
         v[$k.lat]+=" $(mr latency 8 "${rails[$k]}")"
         v[$k.1M]+=" $(mr bw 1M "${rails[$k]}")"

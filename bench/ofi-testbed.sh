@@ -39,6 +39,8 @@ done
 cd "$(dirname "$0")/.."
 # shellcheck source-path=SCRIPTDIR source=lib/ucx.sh
 . bench/lib/ucx.sh # median
+# shellcheck source-path=SCRIPTDIR source=lib/fipp.sh
+. bench/lib/fipp.sh # fipp
 for t in fi_pingpong iperf3; do
     command -v $t >/dev/null || { echo "$t not found: apt-get install libfabric-bin iperf3" >&2; exit 1; }
 done
@@ -96,20 +98,6 @@ print(f"{tot / 8e6:.1f}")
 EOF
 }
 
-# fipp PROVIDER [ARGS...]: fi_pingpong's 8 B usec/xfer (one way); with
-# host namespaces set in FIPP_NS0/FIPP_NS1 and the server address in FIPP_ADDR.
-fipp() {
-    local prov=$1
-    shift
-    local p=$((14100 + RANDOM % 800))
-    ${FIPP_NS1:-} timeout 60 fi_pingpong -p "$prov" -e rdm -S 8 -I 20000 -B "$p" "$@" >"$tmp/fsrv" 2>&1 &
-    sleep 0.7
-    ${FIPP_NS0:-} timeout 60 fi_pingpong -p "$prov" -e rdm -S 8 -I 20000 "$@" -P "$p" "${FIPP_ADDR:-127.0.0.1}" >"$tmp/fcli" 2>&1 ||
-        { cat "$tmp/fcli" "$tmp/fsrv" >&2; exit 1; }
-    wait || true
-    awk '$1 == 8 { print $7 }' "$tmp/fcli"
-}
-
 # mr TEST ARGS...: multirail's values, one per size (the bench's table rows).
 mr() {
     "$bin" bench "$@" >"$tmp/mr" 2>"$tmp/mr.err" || { cat "$tmp/mr.err" >&2; exit 1; }
@@ -137,7 +125,10 @@ log "iperf3: sum $S MB/s, --bidir $B MB/s"
 for r in $(seq "$rounds"); do
     log "round $r of $rounds (2 x 2gbit)"
     # Each value is assigned first: a failed run then stops the script.
-    x=$(FIPP_NS0="ip netns exec $H0" FIPP_NS1="ip netns exec $H1" FIPP_ADDR=${A1[0]} fipp "tcp;ofi_rxm" -d rail0)
+    x=$(
+        FIPP_SERVER_PREFIX=(ip netns exec "$H1") FIPP_CLIENT_PREFIX=(ip netns exec "$H0") FIPP_ADDR=${A1[0]}
+        fipp "$tmp" 20000 "tcp;ofi_rxm" -d rail0
+    )
     add fipp_tcp "$x"
     x=$(mr latency "${tb[@]}" --rails ofi:tcp:rail0 --sizes 8 -i 20000)
     add lat_tcp "$x"
@@ -164,13 +155,13 @@ done
 log "this host: ofi:shm"
 for r in $(seq "$rounds"); do
     log "round $r of $rounds (shm)"
-    x=$(fipp shm)
+    x=$(fipp "$tmp" 20000 shm)
     add fipp_shm "$x"
     x=$(mr latency --rails ofi:shm --sizes 8 -i 20000)
     add lat_shm "$x"
 done
 
-row() { # name, multirail median, reference, ratio, target text, ok?
+row() { # test, multirail's median, reference, ratio, target and verdict
     printf '| %s | %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" "$5"
 }
 ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
@@ -184,9 +175,10 @@ for s in 1 4; do
     m=$(med bw$s); q=$(ratio "$m" "$S")
     row "bw ${s} MiB, ofi:tcp x 2, 2 x 2gbit (MB/s)" "$m" "S $S" "$q" ">= 0.95: $(verdict "$q" '>=' 0.95)"
 done
+S2=$(python3 -c "print(f'{2 * $S:.1f}')")
 for s in 1 4; do
-    m=$(med bibw$s); q=$(ratio "$m" "$(python3 -c "print(2 * $S)")")
-    row "bibw ${s} MiB, ofi:tcp x 2 (MB/s)" "$m" "2S $(python3 -c "print(f'{2 * $S:.1f}')") (iperf3 --bidir $B)" "$q" ">= 0.9: $(verdict "$q" '>=' 0.9)"
+    m=$(med bibw$s); q=$(ratio "$m" "$S2")
+    row "bibw ${s} MiB, ofi:tcp x 2 (MB/s)" "$m" "2S $S2 (iperf3 --bidir $B)" "$q" ">= 0.9: $(verdict "$q" '>=' 0.9)"
 done
 m=$(med lat_tcp); f=$(med fipp_tcp); q=$(ratio "$m" "$f")
 row "8 B latency, ofi:tcp:rail0 (µs)" "$m" "fi_pingpong tcp;ofi_rxm $f" "$q" "<= 1: $(verdict "$q" '<=' 1)"
